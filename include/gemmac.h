@@ -1,0 +1,183 @@
+/* gemmac.h: the one public header of libgemmac, an inference engine for Gemma models.
+ * Owns the library's contract: opaque handles, parameters with defaults, status codes, callbacks.
+ * The library never prints, exits or aborts; every failure is a status plus a message on the handle
+ * (or in the caller's buffer when no handle exists yet). No global state: all state hangs off handles. */
+#ifndef GEMMAC_H
+#define GEMMAC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define GEMMAC_API __attribute__((visibility("default")))
+#else
+#define GEMMAC_API
+#endif
+
+/* ==== Status codes (append only; numbers never change) ==== */
+typedef enum gemmac_status {
+    GEMMAC_OK = 0,
+    GEMMAC_ERR_INVALID_ARG = 1,      /* a caller-supplied argument is out of range */
+    GEMMAC_ERR_IO = 2,               /* a file could not be opened, mapped or read */
+    GEMMAC_ERR_BAD_FILE = 3,         /* a model file is malformed (the message names field and offset) */
+    GEMMAC_ERR_UNSUPPORTED = 4,      /* valid, but not supported: architecture, tensor type, ... */
+    GEMMAC_ERR_NO_MEMORY = 5,        /* an allocation failed */
+    GEMMAC_ERR_CONTEXT_FULL = 6,     /* no room left in the KV cache of a sequence */
+    GEMMAC_ERR_NOT_FOUND = 7,        /* a key or tensor the caller asked for is absent */
+    GEMMAC_ERR_ABORTED = 8,          /* a callback asked to stop */
+    GEMMAC_ERR_BACKEND = 9,          /* the compute backend failed */
+    GEMMAC_ERR_BUFFER_TOO_SMALL = 10,/* an output buffer is too small; the needed size is reported */
+    GEMMAC_STATUS_LAST               /* never returned */
+} gemmac_status;
+
+/* A static English description of a status code; never NULL. */
+GEMMAC_API const char *gemmac_status_str(gemmac_status status);
+
+typedef int32_t gemmac_token;
+
+/* ==== Model ==== */
+typedef struct gemmac_model gemmac_model;
+
+/* Called during loading with progress in [0, 1]. Return false to abort the load (GEMMAC_ERR_ABORTED). */
+typedef bool (*gemmac_progress_fn)(float progress, void *user_data);
+
+typedef struct gemmac_model_params {
+    gemmac_progress_fn progress;     /* may be NULL */
+    void *progress_user_data;
+    bool use_mmap;                   /* map weights instead of reading them (default true) */
+} gemmac_model_params;
+
+GEMMAC_API gemmac_model_params gemmac_model_default_params(void);
+
+/* Loads a model file. On failure *out is NULL and a one-line message is written to err (if non-NULL). */
+GEMMAC_API gemmac_status gemmac_model_load(const char *path, const gemmac_model_params *params,
+                                           gemmac_model **out, char *err, size_t err_size);
+GEMMAC_API void gemmac_model_free(gemmac_model *model);
+
+typedef struct gemmac_model_info {
+    const char *arch;                /* "gemma3", ... */
+    const char *name;                /* general.name, or "" */
+    int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int32_t n_ctx_train, sliding_window;
+    uint64_t n_params;               /* elements in all tensors */
+    uint64_t weight_bytes;           /* bytes of all tensors as stored */
+    gemmac_token bos, eos, eot;      /* -1 when absent */
+} gemmac_model_info;
+
+GEMMAC_API void gemmac_model_get_info(const gemmac_model *model, gemmac_model_info *info);
+
+/* Writes a multi-line human-readable description (hyper-parameters, tensors by type, tokenizer, memory
+ * plan for n_ctx tokens) into buf; returns the length it needs (like snprintf). */
+GEMMAC_API size_t gemmac_model_describe(const gemmac_model *model, int32_t n_ctx, char *buf, size_t size);
+
+/* ==== Tokenizer ==== */
+enum {
+    GEMMAC_TOKENIZE_ADD_BOS = 1,       /* prepend <bos> if the model's vocabulary asks for it */
+    GEMMAC_TOKENIZE_PARSE_SPECIAL = 2, /* text like "<start_of_turn>" becomes its special token */
+};
+
+/* Tokenizes len bytes of text (need not be valid UTF-8). Writes at most cap ids; *n_out gets the count
+ * needed. GEMMAC_ERR_BUFFER_TOO_SMALL when cap < *n_out. */
+GEMMAC_API gemmac_status gemmac_tokenize(const gemmac_model *model, const char *text, size_t len, int flags,
+                                         gemmac_token *tokens, size_t cap, size_t *n_out);
+
+/* The raw text of one token (byte tokens give their byte, control tokens give ""). NULL-safe length out. */
+GEMMAC_API gemmac_status gemmac_token_piece(const gemmac_model *model, gemmac_token token, const char **piece,
+                                            size_t *len);
+GEMMAC_API bool gemmac_token_is_eog(const gemmac_model *model, gemmac_token token);
+
+/* Streaming detokenizer: turns ids into text that is always whole UTF-8 sequences. */
+typedef struct gemmac_detok gemmac_detok;
+GEMMAC_API gemmac_detok *gemmac_detok_new(const gemmac_model *model);
+/* Appends the text of token; writes the newly completed UTF-8 text to out (NUL-terminated), its length to
+ * *n_out. out needs at least 64 bytes plus the longest piece; GEMMAC_ERR_BUFFER_TOO_SMALL otherwise. */
+GEMMAC_API gemmac_status gemmac_detok_push(gemmac_detok *d, gemmac_token token, char *out, size_t cap,
+                                           size_t *n_out);
+/* Flushes what is pending (an incomplete sequence becomes U+FFFD). */
+GEMMAC_API gemmac_status gemmac_detok_flush(gemmac_detok *d, char *out, size_t cap, size_t *n_out);
+GEMMAC_API void gemmac_detok_free(gemmac_detok *d);
+
+/* ==== Chat templates (built in per model family; no template code from the file is run) ==== */
+typedef struct gemmac_chat_msg {
+    const char *role;                /* "system", "user", "assistant" (or "model") */
+    const char *content;
+} gemmac_chat_msg;
+
+/* Renders messages with the model's chat format; with add_generation_prompt, ends with the model-turn
+ * opener. Writes a NUL-terminated string; *n_out gets the length needed (without NUL). */
+GEMMAC_API gemmac_status gemmac_chat_render(const gemmac_model *model, const gemmac_chat_msg *msgs, size_t n_msgs,
+                                            bool add_generation_prompt, char *out, size_t cap, size_t *n_out);
+
+/* ==== Context: KV cache + compute state for one or many sequences ==== */
+typedef struct gemmac_ctx gemmac_ctx;
+
+typedef struct gemmac_ctx_params {
+    int32_t n_ctx;                   /* positions per sequence (0: the model's training length, capped at 4096) */
+    int32_t n_seq_max;               /* sequences that may be live at once (default 1) */
+    int32_t n_batch;                 /* most tokens in one decode call (default 512) */
+    int32_t n_threads;               /* 0: all cores */
+} gemmac_ctx_params;
+
+GEMMAC_API gemmac_ctx_params gemmac_ctx_default_params(void);
+GEMMAC_API gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *params, gemmac_ctx **out,
+                                        char *err, size_t err_size);
+GEMMAC_API void gemmac_ctx_free(gemmac_ctx *ctx);
+/* The detail message of the last failed call on ctx ("" if none). */
+GEMMAC_API const char *gemmac_ctx_last_error(const gemmac_ctx *ctx);
+GEMMAC_API int32_t gemmac_ctx_n_ctx(const gemmac_ctx *ctx);
+
+/* A batch: n_tokens tokens, each with its position and the sequence it belongs to. Tokens of one sequence
+ * appear in position order, continuing that sequence's cache. logits[i] != 0 asks for token i's logits. */
+typedef struct gemmac_batch {
+    int32_t n_tokens;
+    const gemmac_token *token;       /* [n_tokens] */
+    const int32_t *pos;              /* [n_tokens] */
+    const int32_t *seq_id;           /* [n_tokens], each in [0, n_seq_max) */
+    const int8_t *logits;            /* [n_tokens]; NULL: only the last token */
+} gemmac_batch;
+
+/* Evaluates a batch (any number of tokens; split internally by n_batch). */
+GEMMAC_API gemmac_status gemmac_ctx_decode(gemmac_ctx *ctx, const gemmac_batch *batch);
+/* Logits [n_vocab] of the i-th token of the last batch; NULL if it did not ask for them. */
+GEMMAC_API const float *gemmac_ctx_logits(const gemmac_ctx *ctx, int32_t i);
+/* Removes positions >= pos0 of a sequence from the cache (pos0 = 0 empties it). */
+GEMMAC_API gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *ctx, int32_t seq_id, int32_t pos0);
+/* Next position of a sequence (= the number of positions it holds). */
+GEMMAC_API int32_t gemmac_ctx_seq_len(const gemmac_ctx *ctx, int32_t seq_id);
+
+/* ==== Sampler (llama.cpp's names and defaults) ==== */
+typedef struct gemmac_sampler gemmac_sampler;
+
+typedef struct gemmac_sampler_params {
+    float temp;                      /* 0.8; <= 0 is greedy */
+    int32_t top_k;                   /* 40; <= 0 keeps all */
+    float top_p;                     /* 0.95; 1 keeps all */
+    float min_p;                     /* 0.05; 0 keeps all */
+    float repeat_penalty;            /* 1.0 (off) */
+    int32_t repeat_last_n;           /* 64; 0 off, -1 the whole context */
+    float presence_penalty;          /* 0 */
+    float frequency_penalty;         /* 0 */
+    uint64_t seed;                   /* GEMMAC_SEED_RANDOM picks one from the clock */
+} gemmac_sampler_params;
+
+#define GEMMAC_SEED_RANDOM UINT64_MAX
+
+GEMMAC_API gemmac_sampler_params gemmac_sampler_default_params(void);
+/* NULL on an invalid parameter (negative temp is allowed: greedy) or out of memory. */
+GEMMAC_API gemmac_sampler *gemmac_sampler_new(const gemmac_sampler_params *params, int32_t n_vocab);
+/* Picks a token from logits [n_vocab] (not modified). */
+GEMMAC_API gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits);
+/* Records a token as part of the history the penalties look at (prompt tokens and sampled ones). */
+GEMMAC_API void gemmac_sampler_accept(gemmac_sampler *s, gemmac_token token);
+GEMMAC_API void gemmac_sampler_reset(gemmac_sampler *s);
+GEMMAC_API void gemmac_sampler_free(gemmac_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMMAC_H */

@@ -1,0 +1,74 @@
+/* quant.h: the tensor element types gemmac reads from GGUF files, as one traits table (block size, bytes,
+ * scalar reference kernels), plus the run-time chosen fast CPU kernels. Type numbers are GGML's, so a GGUF
+ * type field is looked up directly. Block structs and their layouts live in quant_blocks.h. */
+#ifndef GM_QUANT_H
+#define GM_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum gm_type {
+    GM_TYPE_F32 = 0,
+    GM_TYPE_F16 = 1,
+    GM_TYPE_Q4_0 = 2,
+    GM_TYPE_Q4_1 = 3,
+    GM_TYPE_Q5_0 = 6,
+    GM_TYPE_Q5_1 = 7,
+    GM_TYPE_Q8_0 = 8,
+    GM_TYPE_Q8_1 = 9,   /* activation-side only (dot with Q4_1 / Q5_1) */
+    GM_TYPE_Q2_K = 10,  /* named for error messages; not supported */
+    GM_TYPE_Q3_K = 11,  /* named for error messages; not supported */
+    GM_TYPE_Q4_K = 12,
+    GM_TYPE_Q5_K = 13,
+    GM_TYPE_Q6_K = 14,
+    GM_TYPE_Q8_K = 15,  /* activation-side only (dot with the K-quants) */
+    GM_TYPE_BF16 = 30,
+    GM_TYPE_COUNT = 41  /* one past the largest GGML type number we name */
+} gm_type;
+
+/* Conversions over n elements; n is a multiple of the type's block size. */
+typedef void (*gm_dequantize_fn)(const void *src, float *dst, int64_t n);
+typedef void (*gm_quantize_fn)(const float *src, void *dst, int64_t n);
+/* *out = dot(w, a) over n elements: w is a row of the weight type, a a row of its vec_dot_type. */
+typedef void (*gm_vec_dot_fn)(int64_t n, float *out, const void *w, const void *a);
+
+typedef struct gm_type_traits {
+    const char *name;              /* "q4_K" as GGML spells it */
+    int32_t block_size;            /* elements per block */
+    uint32_t block_bytes;          /* bytes per block */
+    bool weight_ok;                /* accepted as a tensor type in a model file */
+    gm_type vec_dot_type;          /* activations are quantized to this type before vec_dot */
+    gm_dequantize_fn dequantize;   /* scalar reference (the oracle) */
+    gm_quantize_fn quantize;       /* scalar reference; bit-exact with GGML's for the activation types */
+    gm_vec_dot_fn vec_dot;         /* scalar reference */
+} gm_type_traits;
+
+/* Traits of a GGML type number, or NULL when the number names no type we know (including negatives). */
+const gm_type_traits *gm_type_traits_of(int64_t type);
+/* The name of any GGML type number, known or not ("type 77"); buf is used only for unknown ones. */
+const char *gm_type_name(int64_t type, char buf[32]);
+
+/* Bytes of a row of n elements (n a multiple of the block size). */
+static inline uint64_t gm_row_bytes(const gm_type_traits *t, int64_t n) {
+    return (uint64_t)(n / t->block_size) * t->block_bytes;
+}
+
+/* ---- Fast CPU kernels (kernels/cpu), chosen once at run time ---- */
+typedef enum gm_isa { GM_ISA_SCALAR = 0, GM_ISA_AVX2 = 1, GM_ISA_AVX512 = 2 } gm_isa;
+
+typedef struct gm_type_cpu {
+    gm_dequantize_fn dequantize;
+    gm_quantize_fn quantize;       /* used for activations of the vec_dot types; same bytes as the ref */
+    gm_vec_dot_fn vec_dot;
+} gm_type_cpu;
+
+/* The best ISA this CPU runs (honours the environment variable GEMMAC_ISA=scalar|avx2|avx512 to go lower). */
+gm_isa gm_cpu_isa(void);
+const char *gm_isa_name(gm_isa isa);
+/* Kernels of type t for a given ISA (for tests), or for the best one (gm_cpu_kernels). Entries never NULL
+ * for a type with traits: a missing fast kernel falls back to the reference. NULL if isa is not runnable. */
+const gm_type_cpu *gm_cpu_kernels_isa(gm_type t, gm_isa isa);
+const gm_type_cpu *gm_cpu_kernels(gm_type t);
+
+#endif
