@@ -34,10 +34,11 @@ typedef struct gm_str {
 typedef struct gm_gguf_kv {
     gm_str key;
     gm_gguf_vtype type;
-    gm_gguf_vtype arr_type;        /* element type when type == ARRAY (never ARRAY itself) */
-    uint64_t arr_n;                /* element count when type == ARRAY */
+    gm_gguf_vtype arr_type;        /* element type when type == ARRAY (never ARRAY itself); == type for scalars */
+    uint64_t arr_n;                /* element count when type == ARRAY; 1 for scalars */
     const void *data;              /* the value (scalar types), or the first element (arrays of scalars);
-                                      may be unaligned: read with memcpy */
+                                      may be unaligned: read with memcpy. For strings: the raw length
+                                      prefix in the file; use strs instead */
     const gm_str *strs;            /* STRING: one entry; ARRAY of STRING: arr_n entries */
     uint64_t file_offset;          /* where the key/value pair starts, for messages */
 } gm_gguf_kv;
@@ -64,6 +65,8 @@ void gm_gguf_close(gm_gguf *g);
 uint32_t gm_gguf_version(const gm_gguf *g);
 uint64_t gm_gguf_alignment(const gm_gguf *g);
 uint64_t gm_gguf_file_size(const gm_gguf *g);
+/* File offset of the data section (tensor offsets are relative to it). */
+uint64_t gm_gguf_data_offset(const gm_gguf *g);
 
 uint64_t gm_gguf_n_kv(const gm_gguf *g);
 const gm_gguf_kv *gm_gguf_kv_at(const gm_gguf *g, uint64_t i);
@@ -90,6 +93,8 @@ gemmac_status gm_gguf_get_str_arr(const gm_gguf *g, const char *key, uint64_t *n
 
 /* Reads element i of an integer-typed array (or a scalar when i == 0) as int64; false if not integer. */
 bool gm_gguf_kv_int(const gm_gguf_kv *kv, uint64_t i, int64_t *out);
+/* "u8", "string", "array", ... ("unknown" for numbers outside the enum). */
+const char *gm_gguf_vtype_name(gm_gguf_vtype t);
 /* Compares a gm_str to a C string. */
 bool gm_str_eq(gm_str s, const char *c);
 

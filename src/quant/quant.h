@@ -71,4 +71,49 @@ const char *gm_isa_name(gm_isa isa);
 const gm_type_cpu *gm_cpu_kernels_isa(gm_type t, gm_isa isa);
 const gm_type_cpu *gm_cpu_kernels(gm_type t);
 
+/* ---- Scalar reference kernels (kernels/ref), the oracle the traits table points at ----
+ * Named gm_<op>_<type>_ref; vec_dot's a is a row of the type's vec_dot_type. */
+void gm_dequantize_f32_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_f32_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_f32_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_f16_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_f16_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_f16_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_bf16_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_bf16_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_bf16_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q4_0_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q4_0_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q4_0_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q4_1_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q4_1_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q4_1_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q5_0_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q5_0_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q5_0_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q5_1_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q5_1_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q5_1_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q8_0_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q8_0_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q8_0_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q4_K_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q4_K_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q4_K_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q5_K_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q5_K_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q5_K_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q6_K_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q6_K_ref(const float *src, void *dst, int64_t n);
+void gm_vec_dot_q6_K_ref(int64_t n, float *out, const void *w, const void *a);
+void gm_dequantize_q8_1_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q8_1_ref(const float *src, void *dst, int64_t n);
+void gm_dequantize_q8_K_ref(const void *src, float *dst, int64_t n);
+void gm_quantize_q8_K_ref(const float *src, void *dst, int64_t n);
+
+/* ---- Per-ISA kernel sets (kernels/cpu), for the dispatcher ----
+ * Each fills the entries of tab[type] it has a kernel for and leaves the others untouched. */
+void gm_quant_fill_avx2(gm_type_cpu tab[GM_TYPE_COUNT]);
+void gm_quant_fill_avx512(gm_type_cpu tab[GM_TYPE_COUNT]);
+
 #endif

@@ -1,0 +1,93 @@
+/* bench_quant.c: throughput of each vec_dot kernel over a 64 MiB weight matrix (a matvec: every row
+ * dotted with one quantized activation row), in GB/s of weight bytes, per ISA, 1 and 2 threads; predicts
+ * matmul speed. Usage: bench_quant [MiB]. Not built by CMake; build against a configured tree, e.g.:
+ *   cmake --build build-quant --target gemmac && gcc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude \
+ *       bench/bench_quant.c build-quant/libgemmac.a -lpthread -lm -o build-quant/bench_quant */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/quant.h"
+
+enum { K = 4096, REPS = 9 };
+
+typedef struct {
+    const gm_type_cpu *k;
+    const uint8_t *w;
+    const void *a;
+    size_t row_bytes;
+    int64_t r0, r1;
+    float *out;
+} job;
+
+static void *run_rows(void *p) {
+    const job *j = p;
+    for (int64_t r = j->r0; r < j->r1; ++r) j->k->vec_dot(K, &j->out[r], j->w + (size_t)r * j->row_bytes, j->a);
+    return NULL;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of REPS matvecs with n_threads threads; returns GB/s of weight bytes. */
+static double bench(const gm_type_cpu *k, const uint8_t *w, const void *a, size_t row_bytes, int64_t rows, float *out,
+                    int n_threads) {
+    double best = 1e30;
+    for (int rep = 0; rep < REPS; ++rep) {
+        job jobs[2];
+        pthread_t th[2];
+        const double t0 = now();
+        for (int t = 0; t < n_threads; ++t) {
+            jobs[t] = (job){k, w, a, row_bytes, rows * t / n_threads, rows * (t + 1) / n_threads, out};
+            if (t) pthread_create(&th[t], NULL, run_rows, &jobs[t]);
+        }
+        run_rows(&jobs[0]);
+        for (int t = 1; t < n_threads; ++t) pthread_join(th[t], NULL);
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)rows * (double)row_bytes / best / 1e9;
+}
+
+int main(int argc, char **argv) {
+    /* argv[1]: matrix size in MiB (64 by default: past L2; 1 fits L2 and shows compute speed) */
+    const int64_t matrix_bytes = (argc > 1 ? atoll(argv[1]) : 64) << 20;
+    static const gm_type types[] = {GM_TYPE_Q4_K, GM_TYPE_Q6_K, GM_TYPE_Q8_0, GM_TYPE_Q4_0, GM_TYPE_Q5_K, GM_TYPE_Q5_0,
+                                    GM_TYPE_F16,  GM_TYPE_BF16, GM_TYPE_F32,  GM_TYPE_Q4_1, GM_TYPE_Q5_1};
+    printf("vec_dot over a %d MiB weight matrix, rows of %d, GB/s of weight bytes (best of %d)\n", (int)(matrix_bytes >> 20), K, REPS);
+    printf("%-6s %8s %8s %8s %8s %8s\n", "type", "scalar", "avx2", "avx512", "avx2x2t", "avx512x2t");
+    float *x = malloc(sizeof(float) * K);
+    for (int i = 0; i < K; ++i) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ++ti) {
+        const gm_type_traits *tr = gm_type_traits_of(types[ti]), *vt = gm_type_traits_of(tr->vec_dot_type);
+        const size_t row_bytes = gm_row_bytes(tr, K);
+        const int64_t rows = matrix_bytes / (int64_t)row_bytes;
+        uint8_t *w = malloc((size_t)rows * row_bytes);
+        float *row = malloc(sizeof(float) * K), *out = malloc(sizeof(float) * (size_t)rows);
+        void *a = malloc(gm_row_bytes(vt, K));
+        for (int64_t r = 0; r < rows; ++r) { /* real quantized rows, so the data is representative */
+            for (int i = 0; i < K; ++i) row[i] = x[(i + r) % K] * (float)(1 + r % 5);
+            tr->quantize(row, w + (size_t)r * row_bytes, K);
+        }
+        vt->quantize(x, a, K);
+        printf("%-6s", tr->name);
+        for (int isa = GM_ISA_SCALAR; isa <= GM_ISA_AVX512; ++isa) {
+            const gm_type_cpu *k = gm_cpu_kernels_isa(types[ti], (gm_isa)isa);
+            printf(" %8.2f", k ? bench(k, w, a, row_bytes, rows, out, 1) : 0.0);
+        }
+        for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; ++isa) {
+            const gm_type_cpu *k = gm_cpu_kernels_isa(types[ti], (gm_isa)isa);
+            printf(" %8.2f", k ? bench(k, w, a, row_bytes, rows, out, 2) : 0.0);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w), free(row), free(out), free(a);
+    }
+    free(x);
+    return 0;
+}

@@ -1,0 +1,350 @@
+/* backend_cpu.c: the CPU backend: the ops of backend.h on host memory, spread over a thread pool.
+ * Matmuls quantize activations to the weight type's vec_dot type once, then run the run-time chosen SIMD
+ * dot kernels (quant.h) over row blocks; the other ops call the scalar reference kernels per row/head. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/threadpool.h"
+#include "model/backend.h"
+#include "quant/quant.h"
+#include "ref/ops_ref.h"
+
+typedef struct cpu_backend {
+    gm_backend base;
+    gm_pool *pool;
+    uint8_t *wdata;            /* quantized activations of the current matmul */
+    size_t wdata_size;
+    int32_t attn_cap;          /* keys the per-thread attention scratch can hold */
+    float *attn_scores;        /* [n_threads][attn_cap] */
+    const gm_f16 **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
+} cpu_backend;
+
+static cpu_backend *cpu(gm_backend *b) { return (cpu_backend *)b; }
+
+/* ---- generic parallel loop over [0, n) ---- */
+typedef void (*range_fn)(void *ctx, long begin, long end, int ith);
+typedef struct range_task {
+    range_fn fn;
+    void *ctx;
+    long n;
+} range_task;
+
+static void range_worker(void *arg, int ith, int nth) {
+    range_task *t = arg;
+    long b, e;
+    gm_split_range(t->n, ith, nth, &b, &e);
+    if (b < e) t->fn(t->ctx, b, e, ith);
+}
+
+static void parallel_for(cpu_backend *c, long n, long min_per_thread, range_fn fn, void *ctx) {
+    if (n <= min_per_thread || gm_pool_size(c->pool) == 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    range_task t = {fn, ctx, n};
+    gm_pool_run(c->pool, range_worker, &t);
+}
+
+/* ---- buffers ---- */
+static float *cpu_alloc(gm_backend *b, int64_t n) {
+    (void)b;
+    return n > 0 ? malloc((size_t)n * sizeof(float)) : NULL;
+}
+static void cpu_release(gm_backend *b, float *buf) {
+    (void)b;
+    free(buf);
+}
+static void cpu_read(gm_backend *b, const float *buf, float *host, int64_t n) {
+    (void)b;
+    memcpy(host, buf, (size_t)n * sizeof(float));
+}
+
+static void cpu_gather(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst) {
+    (void)b;
+    for (int32_t i = 0; i < n; i++) memcpy(dst + (int64_t)i * d, src + (int64_t)rows[i] * d, sizeof(float) * d);
+}
+
+/* ---- get_rows ---- */
+static void cpu_get_rows(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale,
+                         float *out) {
+    (void)b;
+    const gm_type_cpu *k = gm_cpu_kernels(table->type);
+    const int64_t d = table->ne[0];
+    for (int32_t i = 0; i < n; i++) {
+        float *row = out + (int64_t)i * d;
+        k->dequantize((const uint8_t *)table->data + (uint64_t)ids[i] * table->row_bytes, row, d);
+        for (int64_t j = 0; j < d; j++) row[j] *= scale;
+    }
+}
+
+/* ---- matmul ---- */
+enum { MM_ROW_BLOCK = 16 };
+
+typedef struct mm_ctx {
+    const gm_tensor *w;
+    const float *x;
+    uint8_t *xq;
+    uint64_t xq_row;           /* bytes per quantized activation row */
+    int32_t n;
+    float *y;
+    gm_vec_dot_fn dot;
+    gm_quantize_fn quantize;
+} mm_ctx;
+
+static void mm_quantize_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    mm_ctx *m = p;
+    const int64_t K = m->w->ne[0];
+    for (long t = b; t < e; t++) m->quantize(m->x + t * K, m->xq + t * m->xq_row, K);
+}
+
+static void mm_dot_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    mm_ctx *m = p;
+    const int64_t K = m->w->ne[0], M = m->w->ne[1];
+    const uint8_t *w = m->w->data;
+    for (long r0 = b; r0 < e; r0 += MM_ROW_BLOCK) {
+        const long r1 = r0 + MM_ROW_BLOCK < e ? r0 + MM_ROW_BLOCK : e;
+        for (int32_t t = 0; t < m->n; t++) {
+            const uint8_t *xt = m->xq + t * m->xq_row;
+            float *yt = m->y + (int64_t)t * M;
+            for (long r = r0; r < r1; r++) m->dot(K, &yt[r], w + (uint64_t)r * m->w->row_bytes, xt);
+        }
+    }
+}
+
+static void cpu_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
+    cpu_backend *c = cpu(b);
+    const gm_type_traits *tt = gm_type_traits_of(w->type);
+    const gm_type_traits *vt = gm_type_traits_of(tt->vec_dot_type);
+    const int64_t K = w->ne[0];
+    mm_ctx m = {.w = w, .x = x, .n = n, .y = y, .dot = gm_cpu_kernels(w->type)->vec_dot};
+    if (tt->vec_dot_type == GM_TYPE_F32) {
+        m.xq = (uint8_t *)x;
+        m.xq_row = (uint64_t)K * sizeof(float);
+    } else {
+        m.xq_row = gm_row_bytes(vt, K);
+        m.xq = c->wdata;
+        m.quantize = gm_cpu_kernels(tt->vec_dot_type)->quantize;
+        /* reserve() sized wdata for a full batch of the widest row; chunking keeps this safe regardless. */
+        const int32_t per_chunk = (int32_t)(c->wdata_size / m.xq_row);
+        for (int32_t t0 = 0; t0 < n && per_chunk > 0; t0 += per_chunk) {
+            m.n = n - t0 < per_chunk ? n - t0 : per_chunk;
+            m.x = x + (int64_t)t0 * K;
+            m.y = y + (int64_t)t0 * w->ne[1];
+            parallel_for(c, m.n, 1, mm_quantize_range, &m);
+            parallel_for(c, w->ne[1], MM_ROW_BLOCK, mm_dot_range, &m);
+        }
+        return;
+    }
+    parallel_for(c, w->ne[1], MM_ROW_BLOCK, mm_dot_range, &m);
+}
+
+/* ---- row-wise ops ---- */
+typedef struct rows_ctx {
+    float *x;
+    const float *src;
+    int32_t d;
+    const float *w;
+    float eps;
+} rows_ctx;
+
+static void rmsnorm_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    rows_ctx *r = p;
+    for (long i = b; i < e; i++) gm_ref_rmsnorm(r->src + i * r->d, r->x + i * r->d, r->d, r->w, r->eps);
+}
+
+static void cpu_rmsnorm(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps) {
+    rows_ctx r = {.x = y, .src = x, .d = d, .w = w, .eps = eps};
+    parallel_for(cpu(b), n_rows, 64, rmsnorm_range, &r);
+}
+
+static void rmsnorm_add_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    rows_ctx *r = p;
+    float tmp[r->d];
+    for (long i = b; i < e; i++) {
+        gm_ref_rmsnorm(r->src + i * r->d, tmp, r->d, r->w, r->eps);
+        float *acc = r->x + i * r->d;
+        for (int32_t j = 0; j < r->d; j++) acc[j] += tmp[j];
+    }
+}
+
+static void cpu_rmsnorm_add(gm_backend *b, float *acc, const float *x, int64_t n_rows, int32_t d, const float *w,
+                            float eps) {
+    rows_ctx r = {.x = acc, .src = x, .d = d, .w = w, .eps = eps};
+    parallel_for(cpu(b), n_rows, 64, rmsnorm_add_range, &r);
+}
+
+typedef struct rope_ctx {
+    float *x;
+    int32_t n_head, head_dim, n_rot;
+    const int32_t *pos;
+    float base, freq_scale, scale;
+    const float *freq_factors;
+} rope_ctx;
+
+static void rope_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    rope_ctx *r = p;
+    for (long i = b; i < e; i++) { /* i = token · n_head + head */
+        float *h = r->x + i * r->head_dim;
+        gm_ref_rope_neox(h, r->n_rot, (float)r->pos[i / r->n_head], r->base, r->freq_scale, r->freq_factors);
+        if (r->scale != 1.0f)
+            for (int32_t j = 0; j < r->head_dim; j++) h[j] *= r->scale;
+    }
+}
+
+static void cpu_rope(gm_backend *b, float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos,
+                     int32_t n_rot, float base, float freq_scale, const float *freq_factors, float scale) {
+    rope_ctx r = {x, n_head, head_dim, n_rot, pos, base, freq_scale, scale, freq_factors};
+    parallel_for(cpu(b), (long)n * n_head, 64, rope_range, &r);
+}
+
+typedef struct ew_ctx {
+    float *g;
+    const float *u;
+    float c;
+} ew_ctx;
+
+static void gelu_mul_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    ew_ctx *r = p;
+    static int exp_mode = -1;
+    if (exp_mode < 0) exp_mode = getenv("GM_EXP_GELU16") != NULL;
+    for (long i = b; i < e; i++) {
+        float x = r->g[i];
+        if (exp_mode) {
+            if (x <= -10.0f) r->g[i] = 0.0f;
+            else if (x >= 10.0f) r->g[i] = x * r->u[i];
+            else r->g[i] = gm_f16_to_f32(gm_f32_to_f16(gm_ref_gelu_tanh(gm_f16_to_f32(gm_f32_to_f16(x))))) * r->u[i];
+        } else r->g[i] = gm_ref_gelu_tanh(x) * r->u[i];
+    }
+}
+
+static void cpu_gelu_mul(gm_backend *b, float *g, const float *u, int64_t n) {
+    ew_ctx r = {.g = g, .u = u};
+    parallel_for(cpu(b), n, 4096, gelu_mul_range, &r);
+}
+
+static void softcap_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    ew_ctx *r = p;
+    gm_ref_softcap(r->g + b, e - b, r->c);
+}
+
+static void cpu_softcap(gm_backend *b, float *z, int64_t n, float c) {
+    ew_ctx r = {.g = z, .c = c};
+    parallel_for(cpu(b), n, 4096, softcap_range, &r);
+}
+
+/* ---- attention ---- */
+typedef struct attn_ctx {
+    cpu_backend *c;
+    const gm_attn_args *a;
+    const gm_kv_layer *l;
+} attn_ctx;
+
+static void attn_range(void *p, long b, long e, int ith) {
+    attn_ctx *x = p;
+    const gm_attn_args *a = x->a;
+    const int32_t D = a->head_dim, group = a->n_head / a->n_head_kv;
+    float *scores = x->c->attn_scores + (size_t)ith * x->c->attn_cap;
+    const gm_f16 **krows = x->c->attn_rows + (size_t)ith * 2 * x->c->attn_cap;
+    const gm_f16 **vrows = krows + x->c->attn_cap;
+    for (long i = b; i < e; i++) { /* i = token · n_head + head */
+        const int32_t t = (int32_t)(i / a->n_head), h = (int32_t)(i % a->n_head), kvh = h / group;
+        const int32_t pos = a->pos[t], seq = a->seq[t];
+        const int32_t lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+        const int n_keys = pos - lo + 1;
+        for (int j = 0; j < n_keys; j++) {
+            krows[j] = gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D;
+            vrows[j] = gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D;
+        }
+        gm_ref_attention_head(a->q + i * D, krows, vrows, n_keys, D, scores, a->out + i * D);
+    }
+}
+
+static void cpu_attention(gm_backend *b, const gm_attn_args *a) {
+    cpu_backend *c = cpu(b);
+    const gm_kv_layer *l = &a->kv->layer[a->kv_layer];
+    const int32_t row = a->n_head_kv * a->head_dim;
+    if (a->write_kv)
+        for (int32_t t = 0; t < a->n_tokens; t++) {
+            gm_f16 *kd = gm_kv_k(l, a->seq[t], a->pos[t]), *vd = gm_kv_v(l, a->seq[t], a->pos[t]);
+            const float *ks = a->k + (int64_t)t * row, *vs = a->v + (int64_t)t * row;
+            for (int32_t j = 0; j < row; j++) {
+                kd[j] = gm_f32_to_f16(ks[j]);
+                vd[j] = gm_f32_to_f16(vs[j]);
+            }
+        }
+    attn_ctx x = {c, a, l};
+    parallel_for(c, (long)a->n_tokens * a->n_head, 1, attn_range, &x);
+}
+
+/* ---- lifetime ---- */
+static gemmac_status cpu_reserve(gm_backend *b, int32_t n_tokens, int64_t max_row, int32_t max_keys, gm_error *err) {
+    cpu_backend *c = cpu(b);
+    /* The widest activation type is f32 (4 bytes per element); quantized rows are smaller. */
+    const size_t need = (size_t)n_tokens * (size_t)max_row * sizeof(float);
+    if (need > c->wdata_size) {
+        uint8_t *w = realloc(c->wdata, need);
+        if (!w) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: no memory for %zu bytes of scratch", need);
+        c->wdata = w;
+        c->wdata_size = need;
+    }
+    if (max_keys > c->attn_cap) {
+        const size_t nth = (size_t)gm_pool_size(c->pool);
+        float *s = realloc(c->attn_scores, sizeof(float) * nth * (size_t)max_keys);
+        if (s) c->attn_scores = s;
+        const gm_f16 **r = realloc(c->attn_rows, sizeof(*r) * 2 * nth * (size_t)max_keys);
+        if (r) c->attn_rows = r;
+        if (!s || !r) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: no memory for attention scratch");
+        c->attn_cap = max_keys;
+    }
+    return GEMMAC_OK;
+}
+
+static void cpu_free(gm_backend *b) {
+    cpu_backend *c = cpu(b);
+    if (!c) return;
+    gm_pool_free(c->pool);
+    free(c->wdata);
+    free(c->attn_scores);
+    free(c->attn_rows);
+    free(c);
+}
+
+static const gm_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .read = cpu_read,
+    .get_rows = cpu_get_rows,
+    .gather = cpu_gather,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rmsnorm_add = cpu_rmsnorm_add,
+    .rope = cpu_rope,
+    .gelu_mul = cpu_gelu_mul,
+    .softcap = cpu_softcap,
+    .attention = cpu_attention,
+};
+
+gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err) {
+    *out = NULL;
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: out of memory");
+    c->base.ops = &cpu_ops;
+    gemmac_status st = gm_pool_new(n_threads, &c->pool, err);
+    if (st != GEMMAC_OK) {
+        free(c);
+        return st;
+    }
+    *out = &c->base;
+    return GEMMAC_OK;
+}

@@ -1,0 +1,518 @@
+/* quant_avx2.c: AVX2 + FMA + F16C kernels of the tensor element types: vec_dot of each weight type with its
+ * vec_dot_type (int8 maddubs dot products, one float scale per block), the activation quantizers (same
+ * bytes as the reference) and the dequantizers used for row lookups (same floats as the reference).
+ * Which of these runs is decided in quant_dispatch.c; the specification is kernels/ref.
+ * Precondition of every int8 dot (as in ggml): activation int8 values lie in -127..127, which the
+ * quantizers guarantee; -128 in an activation could overflow the sign trick of dot_i8. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "quant/quant_blocks.h"
+
+/* ---- helpers ---- */
+
+static inline float f16(gm_f16 h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hsum_ps128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Sums of adjacent int16 pairs, as int32 lanes. */
+static inline __m256i sum_pairs_i16(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
+
+/* Products of signed bytes x*y, summed by 4 into 8 int32 lanes. y must not hold -128 where x < 0. */
+static inline __m256i dot_i8(__m256i x, __m256i y) {
+    const __m256i ax = _mm256_sign_epi8(x, x); /* |x|, read as unsigned */
+    const __m256i sy = _mm256_sign_epi8(y, x); /* y with x's sign */
+    return sum_pairs_i16(_mm256_maddubs_epi16(ax, sy));
+}
+
+/* 32 nibbles of 16 bytes as 32 bytes: bytes 0..15 the low nibbles, 16..31 the high ones. */
+static inline __m256i unpack_nibbles32(const uint8_t *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little-endian) as 32 bytes: byte j is 0xFF when bit j is set, else 0. */
+static inline __m256i expand_bits32(const uint8_t *p) {
+    uint32_t h;
+    memcpy(&h, p, 4);
+    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                              0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
+}
+
+/* ---- q8_0 / q4_0 / q5_0 with q8_0 ---- */
+
+static void vec_dot_q8_0(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q8_0 *x = w;
+    const gm_block_q8_0 *y = a;
+    const int64_t nb = n / GM_QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256i p1 = dot_i8(_mm256_loadu_si256((const __m256i *)x[i + 1].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; ++i) {
+        const __m256i p = dot_i8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static void vec_dot_q4_0(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q4_0 *x = w;
+    const gm_block_q8_0 *y = a;
+    const int64_t nb = n / GM_QK;
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __m256i q0 = _mm256_sub_epi8(unpack_nibbles32(x[i].qs), eight);
+        const __m256i q1 = _mm256_sub_epi8(unpack_nibbles32(x[i + 1].qs), eight);
+        const __m256i p0 = dot_i8(q0, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256i p1 = dot_i8(q1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; ++i) {
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles32(x[i].qs), eight);
+        const __m256i p = dot_i8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* q5_0 values minus 16 as signed bytes: the low nibble, or the nibble - 16 (= nibble | 0xF0) where the
+ * fifth bit is clear. */
+static inline __m256i q5_0_values(const gm_block_q5_0 *b) {
+    const __m256i hi = expand_bits32(b->qh);
+    return _mm256_or_si256(unpack_nibbles32(b->qs), _mm256_andnot_si256(hi, _mm256_set1_epi8((char)0xF0)));
+}
+
+static void vec_dot_q5_0(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q5_0 *x = w;
+    const gm_block_q8_0 *y = a;
+    const int64_t nb = n / GM_QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __m256i p0 = dot_i8(q5_0_values(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256i p1 = dot_i8(q5_0_values(&x[i + 1]), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; ++i) {
+        const __m256i p = dot_i8(q5_0_values(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* ---- q4_1 / q5_1 with q8_1: unsigned values times signed activations, plus the min term m * s ---- */
+
+static void vec_dot_q4_1(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q4_1 *x = w;
+    const gm_block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / GM_QK; ++i) {
+        const __m256i p = sum_pairs_i16(_mm256_maddubs_epi16(unpack_nibbles32(x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    *out = hsum_ps(acc) + summ;
+}
+
+static void vec_dot_q5_1(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q5_1 *x = w;
+    const gm_block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / GM_QK; ++i) {
+        const __m256i hi = _mm256_and_si256(expand_bits32(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(unpack_nibbles32(x[i].qs), hi);
+        const __m256i p = sum_pairs_i16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)y[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    *out = hsum_ps(acc) + summ;
+}
+
+/* ---- K-quants with q8_K ---- */
+
+/* int16 lane k of v (k = 0..7, same in both 128-bit halves) broadcast to all 16 lanes. */
+static inline __m256i bcast_i16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
+}
+
+/* The min term of q4_K / q5_K: sum over the 8 sub-blocks of m[b] * (sum of the 32 activations of b). */
+static inline __m128i k4_min_term(const uint8_t sm[16], const int16_t bsums[16]) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+    return _mm_madd_epi16(mins, s32);
+}
+
+static void vec_dot_q4_K(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q4_K *x = w;
+    const gm_block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        uint8_t sm[16];
+        gm_unpack_scales_k4(x[i].scales, sm);
+        const float d = f16(x[i].d) * y[i].d, dmin = f16(x[i].dmin) * y[i].d;
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_term(sm, y[i].bsums)), acc_m);
+
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 4; ++g, q4 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            pl = _mm256_madd_epi16(bcast_i16(sc, 2 * g), pl);
+            ph = _mm256_madd_epi16(bcast_i16(sc, 2 * g + 1), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = hsum_ps(acc) - hsum_ps128(acc_m);
+}
+
+static void vec_dot_q5_K(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q5_K *x = w;
+    const gm_block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1), m2 = _mm256_set1_epi8(2);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        uint8_t sm[16];
+        gm_unpack_scales_k4(x[i].scales, sm);
+        const float d = f16(x[i].d) * y[i].d, dmin = f16(x[i].dmin) * y[i].d;
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_term(sm, y[i].bsums)), acc_m);
+
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 4; ++g, q5 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
+            /* bits 2g and 2g+1 of each qh byte sit in bits 0 and 1 after g shifts by 2 */
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(hbits, m2), 3));
+            hbits = _mm256_srli_epi16(hbits, 2);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            pl = _mm256_madd_epi16(bcast_i16(sc, 2 * g), pl);
+            ph = _mm256_madd_epi16(bcast_i16(sc, 2 * g + 1), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = hsum_ps(acc) - hsum_ps128(acc_m);
+}
+
+/* Scales of sub-blocks b and b+1 as 16 int16 lanes: 8 of scales[b], then 8 of scales[b+1]. */
+static inline __m256i q6_scale_pair(__m128i scales, int b) {
+    const __m128i sel = _mm_set_epi64x((long long)(0x0101010101010101ULL * (uint64_t)(b + 1)),
+                                       (long long)(0x0101010101010101ULL * (uint64_t)b));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, sel));
+}
+
+static void vec_dot_q6_K(int64_t n, float *out, const void *w, const void *a) {
+    const gm_block_q6_K *x = w;
+    const gm_block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i m3_2 = _mm256_set1_epi8(3 << 2), m3_4 = _mm256_set1_epi8(3 << 4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        const float d = f16(x[i].d) * y[i].d;
+        const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+        /* The stored values are q + 32 (0..63): dot(q, a) = dot(q + 32, a) - 32 * sum(a), per sub-block. */
+        const __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), _mm256_loadu_si256((const __m256i *)y[i].bsums));
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            const int8_t *q8 = y[i].qs + 128 * h;
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(b2, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m3_2), 2));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), _mm256_and_si256(bh, m3_4));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                               _mm256_and_si256(_mm256_srli_epi16(bh, 2), m3_4));
+            const __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)q8));
+            const __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            const __m256i p2 = _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+            const __m256i p3 = _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+            const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(q6_scale_pair(scales, 8 * h + 0), p0),
+                                                 _mm256_madd_epi16(q6_scale_pair(scales, 8 * h + 2), p1));
+            const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(q6_scale_pair(scales, 8 * h + 4), p2),
+                                                 _mm256_madd_epi16(q6_scale_pair(scales, 8 * h + 6), p3));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = hsum_ps(acc);
+}
+
+/* ---- float types: four accumulators of 8, scalar tail ---- */
+
+static inline __m256 load_bf16x8(const gm_bf16 *p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline __m256 load_f16x8(const gm_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+#define GM_FLOAT_DOT(name, T, LOAD, SCALAR)                                                              \
+    static void name(int64_t n, float *out, const void *w, const void *a) {                            \
+        const T *x = w, *y = a;                                                                        \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                     \
+        int64_t i = 0;                                                                                 \
+        for (; i + 32 <= n; i += 32) {                                                                 \
+            s0 = _mm256_fmadd_ps(LOAD(x + i), LOAD(y + i), s0);                                        \
+            s1 = _mm256_fmadd_ps(LOAD(x + i + 8), LOAD(y + i + 8), s1);                                \
+            s2 = _mm256_fmadd_ps(LOAD(x + i + 16), LOAD(y + i + 16), s2);                              \
+            s3 = _mm256_fmadd_ps(LOAD(x + i + 24), LOAD(y + i + 24), s3);                              \
+        }                                                                                              \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD(x + i), LOAD(y + i), s0);                 \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));              \
+        for (; i < n; ++i) sum += SCALAR(x[i]) * SCALAR(y[i]);                                         \
+        *out = sum;                                                                                    \
+    }
+
+static inline float f32_id(float v) { return v; }
+GM_FLOAT_DOT(vec_dot_f32, float, _mm256_loadu_ps, f32_id)
+GM_FLOAT_DOT(vec_dot_f16, gm_f16, load_f16x8, f16)
+GM_FLOAT_DOT(vec_dot_bf16, gm_bf16, load_bf16x8, gm_bf16_to_f32)
+#undef GM_FLOAT_DOT
+
+/* ---- activation quantizers, byte-identical to the reference ---- */
+
+/* roundf (half away from zero) of 8 floats: trunc, then step away from zero where |fraction| >= 0.5.
+ * v - trunc(v) is exact, so this is exactly roundf. */
+static inline __m256i roundf_epi32(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                    _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, up));
+}
+
+/* Four vectors of 8 int32 as 32 int8 in order (signed saturation). */
+static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static void quantize_q8_0(const float *src, void *dst, int64_t n) {
+    gm_block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / GM_QK; ++i, src += GM_QK) {
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(src + 8 * k);
+        const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
+        const float d = hmax_ps(mx) / 127;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        y[i].d = gm_f32_to_f16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        const __m256i q = pack_i32x32_i8(roundf_epi32(_mm256_mul_ps(v[0], vid)), roundf_epi32(_mm256_mul_ps(v[1], vid)),
+                                         roundf_epi32(_mm256_mul_ps(v[2], vid)), roundf_epi32(_mm256_mul_ps(v[3], vid)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+    }
+}
+
+static void quantize_q8_K(const float *src, void *dst, int64_t n) {
+    gm_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / GM_QK_K; ++i, src += GM_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int k = 0; k < GM_QK_K; k += 8) mx = _mm256_max_ps(mx, abs_ps(_mm256_loadu_ps(src + k)));
+        const float amax = hmax_ps(mx);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the first element of largest magnitude, with its sign (the reference's choice on ties) */
+        float max = amax;
+        const __m256 vamax = _mm256_set1_ps(amax);
+        for (int k = 0; k < GM_QK_K; k += 8) {
+            const __m256 v = _mm256_loadu_ps(src + k);
+            const int m = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(v), vamax, _CMP_EQ_OQ));
+            if (m) {
+                max = src[k + __builtin_ctz((unsigned)m)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 vis = _mm256_set1_ps(iscale);
+        for (int k = 0; k < GM_QK_K; k += 32) {
+            __m256i q[4];
+            for (int j = 0; j < 4; ++j) /* cvtps rounds to nearest even, like the reference's nearest_int */
+                q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(vis, _mm256_loadu_ps(src + k + 8 * j)));
+            const __m256i q8 = pack_i32x32_i8(q[0], q[1], q[2], q[3]); /* saturation = the reference's min(127) */
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), q8);
+            /* bsums of the two 16-byte halves: sad of (q ^ 0x80) sums q + 128 per 8 bytes */
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q8, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+            uint64_t s[4];
+            _mm256_storeu_si256((__m256i *)s, sad);
+            y[i].bsums[k / 16] = (int16_t)((int)(s[0] + s[1]) - 16 * 128);
+            y[i].bsums[k / 16 + 1] = (int16_t)((int)(s[2] + s[3]) - 16 * 128);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+static void quantize_f16(const float *src, void *dst, int64_t n) {
+    gm_f16 *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) y[i] = gm_f32_to_f16(src[i]);
+}
+
+/* ---- dequantizers, float-identical to the reference (one multiply, then one subtract, per value) ---- */
+
+static void dequantize_q8_0(const void *src, float *dst, int64_t n) {
+    const gm_block_q8_0 *x = src;
+    for (int64_t i = 0; i < n / GM_QK; ++i, dst += GM_QK) {
+        const __m256 d = _mm256_set1_ps(f16(x[i].d));
+        for (int k = 0; k < GM_QK; k += 8) {
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + k)));
+            _mm256_storeu_ps(dst + k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+static void dequantize_q4_0(const void *src, float *dst, int64_t n) {
+    const gm_block_q4_0 *x = src;
+    const __m256i m4 = _mm256_set1_epi32(0x0F), eight = _mm256_set1_epi32(8);
+    for (int64_t i = 0; i < n / GM_QK; ++i, dst += GM_QK) {
+        const __m256 d = _mm256_set1_ps(f16(x[i].d));
+        for (int k = 0; k < 16; k += 8) {
+            const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + k)));
+            const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(b, m4), eight);
+            const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight);
+            _mm256_storeu_ps(dst + k, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), d));
+            _mm256_storeu_ps(dst + k + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), d));
+        }
+    }
+}
+
+static void dequantize_q4_K(const void *src, float *dst, int64_t n) {
+    const gm_block_q4_K *x = src;
+    const __m256i m4 = _mm256_set1_epi32(0x0F);
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        uint8_t sm[16];
+        gm_unpack_scales_k4(x[i].scales, sm);
+        const float d = f16(x[i].d), dmin = f16(x[i].dmin);
+        for (int g = 0; g < 4; ++g, dst += 64) {
+            const __m256 d1 = _mm256_set1_ps(d * sm[2 * g]), m1 = _mm256_set1_ps(dmin * sm[8 + 2 * g]);
+            const __m256 d2 = _mm256_set1_ps(d * sm[2 * g + 1]), m2 = _mm256_set1_ps(dmin * sm[8 + 2 * g + 1]);
+            for (int k = 0; k < 32; k += 8) {
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 32 * g + k)));
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, m4));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+                _mm256_storeu_ps(dst + k, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+                _mm256_storeu_ps(dst + 32 + k, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+            }
+        }
+    }
+}
+
+static void dequantize_q6_K(const void *src, float *dst, int64_t n) {
+    const gm_block_q6_K *x = src;
+    const __m256i m4 = _mm256_set1_epi32(0x0F), m3 = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
+    for (int64_t i = 0; i < n / GM_QK_K; ++i, dst += GM_QK_K) {
+        const float d = f16(x[i].d);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            float *o = dst + 128 * h;
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + 32 + l)));
+                const __m256i hb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(hb, m3), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), m3), 4));
+                q[2] = _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), m3), 4));
+                q[3] = _mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(hb, 6), 4));
+                for (int k = 0; k < 4; ++k) {
+                    const int sub = 8 * h + 2 * k + l / 16; /* 16-element sub-block of element 128h + 32k + l */
+                    const __m256 ds = _mm256_set1_ps(d * (float)x[i].scales[sub]);
+                    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], off));
+                    _mm256_storeu_ps(o + 32 * k + l, _mm256_mul_ps(ds, v));
+                }
+            }
+        }
+    }
+}
+
+static void dequantize_f16(const void *src, float *dst, int64_t n) {
+    const gm_f16 *x = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(x + i));
+    for (; i < n; ++i) dst[i] = gm_f16_to_f32(x[i]);
+}
+
+static void dequantize_bf16(const void *src, float *dst, int64_t n) {
+    const gm_bf16 *x = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16x8(x + i));
+    for (; i < n; ++i) dst[i] = gm_bf16_to_f32(x[i]);
+}
+
+void gm_quant_fill_avx2(gm_type_cpu tab[GM_TYPE_COUNT]) {
+    tab[GM_TYPE_F32].vec_dot = vec_dot_f32;
+    tab[GM_TYPE_F16] = (gm_type_cpu){.dequantize = dequantize_f16, .quantize = quantize_f16, .vec_dot = vec_dot_f16};
+    tab[GM_TYPE_BF16].dequantize = dequantize_bf16;
+    tab[GM_TYPE_BF16].vec_dot = vec_dot_bf16;
+    tab[GM_TYPE_Q4_0].dequantize = dequantize_q4_0;
+    tab[GM_TYPE_Q4_0].vec_dot = vec_dot_q4_0;
+    tab[GM_TYPE_Q4_1].vec_dot = vec_dot_q4_1;
+    tab[GM_TYPE_Q5_0].vec_dot = vec_dot_q5_0;
+    tab[GM_TYPE_Q5_1].vec_dot = vec_dot_q5_1;
+    tab[GM_TYPE_Q8_0] = (gm_type_cpu){.dequantize = dequantize_q8_0, .quantize = quantize_q8_0, .vec_dot = vec_dot_q8_0};
+    tab[GM_TYPE_Q4_K].dequantize = dequantize_q4_K;
+    tab[GM_TYPE_Q4_K].vec_dot = vec_dot_q4_K;
+    tab[GM_TYPE_Q5_K].vec_dot = vec_dot_q5_K;
+    tab[GM_TYPE_Q6_K].dequantize = dequantize_q6_K;
+    tab[GM_TYPE_Q6_K].vec_dot = vec_dot_q6_K;
+    tab[GM_TYPE_Q8_K].quantize = quantize_q8_K;
+}

@@ -1,0 +1,61 @@
+/* ops_ref.c: the scalar reference kernels declared in ops_ref.h. */
+#include "ref/ops_ref.h"
+
+#include <math.h>
+
+void gm_ref_rmsnorm(const float *x, float *y, int d, const float *w, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < d; i++) sum += (double)x[i] * (double)x[i];
+    const float scale = 1.0f / sqrtf((float)(sum / d) + eps);
+    for (int i = 0; i < d; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void gm_ref_rope_neox(float *x, int n_rot, float pos, float base, float freq_scale, const float *freq_factors) {
+    /* Angles advance by a constant ratio per pair, as ggml computes them (theta *= theta_scale), so that
+     * our rotations are the ones llama.cpp applies. */
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const int half = n_rot / 2;
+    float theta = pos;
+    for (int i = 0; i < half; i++) {
+        const float ff = freq_factors ? freq_factors[i] : 1.0f;
+        const float angle = freq_scale * (theta / ff);
+        const float c = cosf(angle), s = sinf(angle);
+        const float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+}
+
+float gm_ref_gelu_tanh(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535588f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+}
+
+void gm_ref_softcap(float *z, int64_t n, float c) {
+    for (int64_t i = 0; i < n; i++) z[i] = c * tanhf(z[i] / c);
+}
+
+void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
+                           float *scores, float *out) {
+    float max = -INFINITY;
+    for (int i = 0; i < n_keys; i++) {
+        const gm_f16 *ki = k[i];
+        float s = 0.0f;
+        for (int j = 0; j < D; j++) s += q[j] * gm_f16_to_f32(ki[j]);
+        scores[i] = s;
+        if (s > max) max = s;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n_keys; i++) {
+        scores[i] = expf(scores[i] - max);
+        sum += scores[i];
+    }
+    const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    for (int j = 0; j < D; j++) out[j] = 0.0f;
+    for (int i = 0; i < n_keys; i++) {
+        const gm_f16 *vi = v[i];
+        const float p = scores[i] * inv;
+        for (int j = 0; j < D; j++) out[j] += p * gm_f16_to_f32(vi[j]);
+    }
+}

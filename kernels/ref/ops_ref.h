@@ -1,0 +1,30 @@
+/* ops_ref.h: scalar reference kernels of the non-matmul ops, written to read like the math of
+ * gemma-architecture.md §2.1. They are the oracle fast versions are tested against, and the CPU backend
+ * calls them directly where they are not the bottleneck. One row / one head at a time; threading is the
+ * caller's business. */
+#ifndef GM_OPS_REF_H
+#define GM_OPS_REF_H
+
+#include <stdint.h>
+
+#include "quant/fp16.h"
+
+/* y = x / sqrt(mean(x²) + eps) · w   (w NULL: no weight). y may alias x. Sum of squares in double. */
+void gm_ref_rmsnorm(const float *x, float *y, int d, const float *w, float eps);
+
+/* NeoX-layout RoPE of one head of D floats in place: dim i pairs with i + n_rot/2 for i < n_rot/2;
+ * angle_i = pos · freq_scale · base^(-2i/n_rot) / freq_factor_i (factors NULL: 1). Dims >= n_rot pass. */
+void gm_ref_rope_neox(float *x, int n_rot, float pos, float base, float freq_scale, const float *freq_factors);
+
+/* gelu with the tanh approximation. */
+float gm_ref_gelu_tanh(float x);
+
+/* z = c·tanh(z/c) over n values. */
+void gm_ref_softcap(float *z, int64_t n, float c);
+
+/* One query head against n_keys cached keys/values (f16 rows of D values; k[i], v[i] point at them):
+ * out = softmax(q·k_i) · v_i, with the softmax in float (q is already scaled). scores: scratch [n_keys]. */
+void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
+                           float *scores, float *out);
+
+#endif

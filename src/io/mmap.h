@@ -1,0 +1,24 @@
+/* mmap.h: read-only mapping of a whole file into memory, and its release.
+ * Owns opening, checking (regular, non-empty, fits the address space) and mapping; what the bytes mean
+ * is left to the format parsers (gguf.c). The descriptor is closed once the mapping exists. */
+#ifndef GM_MMAP_H
+#define GM_MMAP_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct gm_map {
+    const void *data;  /* first byte of the file, page aligned; NULL when nothing is mapped */
+    uint64_t size;     /* bytes */
+} gm_map;
+
+/* Maps path read-only. On failure *out is zeroed and err says why, naming the path:
+ * GEMMAC_ERR_IO for open/stat/mmap failures (with strerror), a directory or other non-regular file, and
+ * an empty file. */
+gemmac_status gm_map_file(const char *path, gm_map *out, gm_error *err);
+
+/* Unmaps m (no-op on a zeroed map) and zeroes it. */
+void gm_map_release(gm_map *m);
+
+#endif

@@ -1,0 +1,68 @@
+/* backend.h: the ops a forward pass is written in, as a table a backend fills (CPU now, CUDA later).
+ * The forward pass (gemma3.c, ...) only calls these and passes activation buffers around; it never reads
+ * activation memory itself, so a backend may keep them on a device. Every op takes a batch of n tokens. */
+#ifndef GM_BACKEND_H
+#define GM_BACKEND_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "kv/kv_cache.h"
+#include "model/tensor.h"
+
+typedef struct gm_backend gm_backend;
+
+typedef struct gm_attn_args {
+    gm_kv_cache *kv;
+    int32_t kv_layer;          /* the layer whose cache is written and read */
+    bool write_kv;             /* store this batch's k, v first (false for layers sharing another's cache) */
+    int32_t n_tokens;
+    const int32_t *pos;        /* [n_tokens] */
+    const int32_t *seq;        /* [n_tokens] */
+    int32_t n_head, n_head_kv, head_dim;
+    int32_t window;            /* 0: full attention; else keys with pos_q - pos_k < window */
+    const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
+    const float *k, *v;        /* [n_tokens][n_head_kv][head_dim] */
+    float *out;                /* [n_tokens][n_head][head_dim] */
+} gm_attn_args;
+
+typedef struct gm_backend_ops {
+    const char *name;
+    void (*free)(gm_backend *b);
+    /* Sizes scratch for batches of up to n_tokens, rows of up to max_row elements, and attention over up to
+     * max_keys keys; called once by a context before any op. */
+    gemmac_status (*reserve)(gm_backend *b, int32_t n_tokens, int64_t max_row, int32_t max_keys, gm_error *err);
+    /* Activation buffers of n floats (NULL on failure). */
+    float *(*alloc)(gm_backend *b, int64_t n);
+    void (*release)(gm_backend *b, float *buf);
+    /* Copies n floats of a buffer to host memory. */
+    void (*read)(gm_backend *b, const float *buf, float *host, int64_t n);
+    /* out[i][:] = row ids[i] of table, dequantized, times scale. out: [n][table.ne0] */
+    void (*get_rows)(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale, float *out);
+    /* dst[i][:] = src[rows[i]][:], rows of d floats. */
+    void (*gather)(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst);
+    /* y[n][w.ne1] = x[n][w.ne0] · Wᵀ */
+    void (*matmul)(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y);
+    /* Over n_rows rows of d: y = rmsnorm(x) · w (w NULL: no weight; w is [d] f32). y may be x. */
+    void (*rmsnorm)(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps);
+    /* acc += rmsnorm(x) · w, rows of d. */
+    void (*rmsnorm_add)(gm_backend *b, float *acc, const float *x, int64_t n_rows, int32_t d, const float *w,
+                        float eps);
+    /* x: [n][n_head][head_dim]; RoPE (NeoX pairs) of each head at its token's position, then x *= scale. */
+    void (*rope)(gm_backend *b, float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos,
+                 int32_t n_rot, float base, float freq_scale, const float *freq_factors, float scale);
+    /* g = gelu_tanh(g) ⊙ u over n values. */
+    void (*gelu_mul)(gm_backend *b, float *g, const float *u, int64_t n);
+    /* z = c·tanh(z/c) over n values. */
+    void (*softcap)(gm_backend *b, float *z, int64_t n, float c);
+    void (*attention)(gm_backend *b, const gm_attn_args *a);
+} gm_backend_ops;
+
+struct gm_backend {
+    const gm_backend_ops *ops;
+};
+
+/* The CPU backend with n_threads workers (<= 0: all cores). */
+gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err);
+
+#endif

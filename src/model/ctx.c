@@ -1,0 +1,212 @@
+/* ctx.c: the public context: parameters, the KV cache and activation scratch it owns, and decode: a batch is
+ * validated whole (tokens, sequence ids, positions continuing each sequence) before anything changes, then
+ * evaluated n_batch tokens at a time by the architecture's forward pass. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+struct gemmac_ctx {
+    gemmac_model *model;
+    gemmac_ctx_params p;
+    gm_backend *backend;
+    gm_kv_cache *kv;
+    gm_scratch *scratch;
+    gm_error err;
+    int32_t *seq_next;         /* [n_seq_max] scratch for validation */
+    int32_t *out_rows;         /* [n_batch] */
+    float *logits;             /* [logits_rows][n_vocab] of the last batch */
+    int64_t logits_rows_cap;
+    int32_t *logits_row;       /* [last_n] row in logits of each token of the last batch, -1 if none */
+    int32_t last_n, last_cap;
+};
+
+gemmac_ctx_params gemmac_ctx_default_params(void) {
+    gemmac_ctx_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0};
+    return p;
+}
+
+gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *params, gemmac_ctx **out, char *errbuf,
+                             size_t err_size) {
+    gm_error err = {0};
+    gemmac_status st = GEMMAC_OK;
+    gemmac_ctx *c = NULL;
+    if (!model || !out) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "model and output handle are required");
+        goto fail;
+    }
+    *out = NULL;
+    gemmac_ctx_params p = params ? *params : gemmac_ctx_default_params();
+    const gm_hparams *hp = &model->hp;
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_ctx < 1 || p.n_ctx > hp->n_ctx_train) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "context size %d is outside [1, %d] (the model's training context)",
+                     p.n_ctx, hp->n_ctx_train);
+        goto fail;
+    }
+    if (p.n_seq_max < 1 || p.n_seq_max > 1024) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "n_seq_max %d is outside [1, 1024]", p.n_seq_max);
+        goto fail;
+    }
+    if (p.n_batch < 1 || p.n_batch > 65536) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "batch size %d is outside [1, 65536]", p.n_batch);
+        goto fail;
+    }
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    if (p.n_threads < 0 || p.n_threads > 512) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "thread count %d is outside [0, 512]", p.n_threads);
+        goto fail;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        st = gm_fail(&err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    c->model = model;
+    c->p = p;
+    if ((st = gm_backend_cpu_new(p.n_threads, &c->backend, &err)) != GEMMAC_OK) goto fail;
+    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, &c->kv, &err)) != GEMMAC_OK) goto fail;
+    if ((st = gm_scratch_new(model, c->backend, p.n_batch, &c->scratch, &err)) != GEMMAC_OK) goto fail;
+    int64_t max_row = hp->n_embd;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const gm_layer_hparams *l = &hp->layer[il];
+        if ((int64_t)l->n_head * l->head_dim > max_row) max_row = (int64_t)l->n_head * l->head_dim;
+        if (l->n_ff > max_row) max_row = l->n_ff;
+    }
+    if ((st = c->backend->ops->reserve(c->backend, p.n_batch, max_row, p.n_ctx, &err)) != GEMMAC_OK) goto fail;
+    c->seq_next = calloc((size_t)p.n_seq_max, sizeof *c->seq_next);
+    c->out_rows = calloc((size_t)p.n_batch, sizeof *c->out_rows);
+    if (!c->seq_next || !c->out_rows) {
+        st = gm_fail(&err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    *out = c;
+    return GEMMAC_OK;
+fail:
+    gemmac_ctx_free(c);
+    if (errbuf && err_size) snprintf(errbuf, err_size, "%s", err.msg[0] ? err.msg : gemmac_status_str(st));
+    return st;
+}
+
+void gemmac_ctx_free(gemmac_ctx *c) {
+    if (!c) return;
+    if (c->backend) {
+        gm_scratch_free(c->scratch, c->backend);
+        c->backend->ops->free(c->backend);
+    }
+    gm_kv_cache_free(c->kv);
+    free(c->seq_next);
+    free(c->out_rows);
+    free(c->logits);
+    free(c->logits_row);
+    free(c);
+}
+
+const char *gemmac_ctx_last_error(const gemmac_ctx *c) { return c ? c->err.msg : "no context"; }
+int32_t gemmac_ctx_n_ctx(const gemmac_ctx *c) { return c->p.n_ctx; }
+
+static gemmac_status validate(gemmac_ctx *c, const gemmac_batch *bt, int32_t *n_out) {
+    const int32_t V = c->model->hp.n_vocab;
+    if (!bt || bt->n_tokens < 1 || !bt->token || !bt->pos || !bt->seq_id)
+        return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "a batch needs at least one token with position and sequence");
+    memcpy(c->seq_next, c->kv->seq_len, sizeof(int32_t) * (size_t)c->p.n_seq_max);
+    *n_out = 0;
+    for (int32_t i = 0; i < bt->n_tokens; i++) {
+        const int32_t s = bt->seq_id[i];
+        if (bt->token[i] < 0 || bt->token[i] >= V)
+            return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "token %d: id %d is outside the vocabulary [0, %d)", i,
+                           bt->token[i], V);
+        if (s < 0 || s >= c->p.n_seq_max)
+            return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "token %d: sequence id %d is outside [0, %d)", i, s,
+                           c->p.n_seq_max);
+        if (bt->pos[i] != c->seq_next[s])
+            return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG,
+                           "token %d: position %d does not continue sequence %d (next position is %d)", i, bt->pos[i],
+                           s, c->seq_next[s]);
+        if (bt->pos[i] >= c->p.n_ctx)
+            return gm_fail(&c->err, GEMMAC_ERR_CONTEXT_FULL, "sequence %d is full: position %d needs a context of %d",
+                           s, bt->pos[i], bt->pos[i] + 1);
+        c->seq_next[s]++;
+        if (bt->logits ? bt->logits[i] != 0 : i == bt->n_tokens - 1) (*n_out)++;
+    }
+    return GEMMAC_OK;
+}
+
+gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
+    if (!c) return GEMMAC_ERR_INVALID_ARG;
+    gm_error_clear(&c->err);
+    c->last_n = 0; /* the previous batch's logits are gone from here on */
+    int32_t n_out = 0;
+    gemmac_status st = validate(c, bt, &n_out);
+    if (st != GEMMAC_OK) return st;
+    const int32_t V = c->model->hp.n_vocab;
+    if (n_out > c->logits_rows_cap) {
+        float *l = realloc(c->logits, sizeof(float) * (size_t)n_out * (size_t)V);
+        if (!l) return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "no memory for logits of %d tokens", n_out);
+        c->logits = l;
+        c->logits_rows_cap = n_out;
+    }
+    if (bt->n_tokens > c->last_cap) {
+        int32_t *r = realloc(c->logits_row, sizeof(int32_t) * (size_t)bt->n_tokens);
+        if (!r) return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+        c->logits_row = r;
+        c->last_cap = bt->n_tokens;
+    }
+    int32_t row = 0;
+    for (int32_t i0 = 0; i0 < bt->n_tokens; i0 += c->p.n_batch) {
+        const int32_t n = bt->n_tokens - i0 < c->p.n_batch ? bt->n_tokens - i0 : c->p.n_batch;
+        int32_t nc_out = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t t = i0 + i;
+            const bool want = bt->logits ? bt->logits[t] != 0 : t == bt->n_tokens - 1;
+            c->logits_row[t] = want ? row + nc_out : -1;
+            if (want) c->out_rows[nc_out++] = i;
+        }
+        gm_forward_args fa = {
+            .model = c->model, .backend = c->backend, .kv = c->kv, .n_tokens = n,
+            .token = bt->token + i0, .pos = bt->pos + i0, .seq = bt->seq_id + i0,
+            .n_out = nc_out, .out_rows = c->out_rows, .logits = c->logits + (int64_t)row * V,
+            .scratch = c->scratch,
+        };
+        st = c->model->arch->forward(&fa, &c->err);
+        if (st != GEMMAC_OK) return st;
+        for (int32_t i = 0; i < n; i++) c->kv->seq_len[bt->seq_id[i0 + i]]++;
+        row += nc_out;
+    }
+    c->last_n = bt->n_tokens;
+    return GEMMAC_OK;
+}
+
+const float *gemmac_ctx_logits(const gemmac_ctx *c, int32_t i) {
+    if (!c || i < 0 || i >= c->last_n || c->logits_row[i] < 0) return NULL;
+    return c->logits + (int64_t)c->logits_row[i] * c->model->hp.n_vocab;
+}
+
+gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *c, int32_t seq_id, int32_t pos0) {
+    if (!c) return GEMMAC_ERR_INVALID_ARG;
+    gm_error_clear(&c->err);
+    if (seq_id < 0 || seq_id >= c->p.n_seq_max)
+        return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "sequence id %d is outside [0, %d)", seq_id, c->p.n_seq_max);
+    const int32_t len = c->kv->seq_len[seq_id];
+    if (pos0 < 0) return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "position %d is negative", pos0);
+    if (pos0 >= len) return GEMMAC_OK;
+    /* A sliding layer's ring keeps only window + n_batch positions: cutting back further would leave the next
+     * query without the keys of its window. */
+    if (pos0 > 0)
+        for (int il = 0; il < c->kv->n_layer; il++) {
+            const gm_kv_layer *l = &c->kv->layer[il];
+            if (l->owned && l->ring && len - pos0 > c->p.n_batch)
+                return gm_fail(&c->err, GEMMAC_ERR_UNSUPPORTED,
+                               "cannot cut sequence %d back by %d positions: sliding-window layers keep only %d "
+                               "positions past the window (clear it with position 0 instead)",
+                               seq_id, len - pos0, c->p.n_batch);
+        }
+    c->kv->seq_len[seq_id] = pos0;
+    return GEMMAC_OK;
+}
+
+int32_t gemmac_ctx_seq_len(const gemmac_ctx *c, int32_t seq_id) {
+    if (!c || seq_id < 0 || seq_id >= c->p.n_seq_max) return -1;
+    return c->kv->seq_len[seq_id];
+}

@@ -1,0 +1,298 @@
+/* test_llama_reference.c: the real Gemma 3 270M model against llama.cpp on the same file
+ * (tests/golden/llama_ref.bin, made by make_llama_reference.py): same top-1 token at every prompt position,
+ * mean KL(llama.cpp || gemmac) <= 1e-3, identical 64-token greedy continuations. Also checks the engine's
+ * batch invariance: several sequences in one batch, and prefill vs token-by-token decode, give the logits
+ * each gives alone. Skipped when the model file is not installed. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gemmac.h"
+#include "test_paths.h"
+
+typedef struct ref_case {
+    uint32_t n_tokens, k, n_gen;
+    int32_t *tokens;
+    int32_t *ids;      /* [n_tokens][k] */
+    float *logprob;    /* [n_tokens][k] */
+    int32_t *gen;
+} ref_case;
+
+typedef struct fixture {
+    gemmac_model *model;
+    gemmac_ctx *ctx;
+    int32_t n_vocab;
+    uint32_t n_cases;
+    ref_case cases[16];
+} fixture;
+
+static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+static bool load_ref(fixture *fx) {
+    char path[4096];
+    FILE *f = fopen(gm_test_source_path("tests/golden/llama_ref.bin", path, sizeof path), "rb");
+    if (!f) return false;
+    char magic[8];
+    bool ok = read_exact(f, magic, 8) && !memcmp(magic, "GMREF01", 8) && read_exact(f, &fx->n_cases, 4) &&
+              fx->n_cases <= 16;
+    for (uint32_t c = 0; ok && c < fx->n_cases; c++) {
+        ref_case *r = &fx->cases[c];
+        ok = read_exact(f, &r->n_tokens, 4) && r->n_tokens < 4096;
+        if (!ok) break;
+        r->tokens = malloc(4 * r->n_tokens);
+        ok = r->tokens && read_exact(f, r->tokens, 4 * r->n_tokens) && read_exact(f, &r->k, 4) && r->k <= 4096;
+        if (!ok) break;
+        r->ids = malloc(4 * (size_t)r->n_tokens * r->k);
+        r->logprob = malloc(4 * (size_t)r->n_tokens * r->k);
+        for (uint32_t p = 0; ok && p < r->n_tokens; p++)
+            ok = r->ids && r->logprob && read_exact(f, r->ids + (size_t)p * r->k, 4 * r->k) &&
+                 read_exact(f, r->logprob + (size_t)p * r->k, 4 * r->k);
+        ok = ok && read_exact(f, &r->n_gen, 4) && r->n_gen < 4096;
+        if (!ok) break;
+        r->gen = malloc(4 * (size_t)r->n_gen + 4);
+        ok = r->gen && read_exact(f, r->gen, 4 * r->n_gen);
+    }
+    fclose(f);
+    return ok;
+}
+
+static int setup(void **state) {
+    static fixture fx;
+    memset(&fx, 0, sizeof fx);
+    *state = &fx;
+    char path[4096];
+    const char *model = gm_test_model_path(path, sizeof path);
+    if (!model) return 0; /* tests skip */
+    if (!load_ref(&fx)) {
+        fprintf(stderr, "cannot read tests/golden/llama_ref.bin\n");
+        return -1;
+    }
+    char err[512];
+    if (gemmac_model_load(model, NULL, &fx.model, err, sizeof err) != GEMMAC_OK) {
+        fprintf(stderr, "load: %s\n", err);
+        return -1;
+    }
+    gemmac_ctx_params cp = gemmac_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = 4;
+    if (gemmac_ctx_new(fx.model, &cp, &fx.ctx, err, sizeof err) != GEMMAC_OK) {
+        fprintf(stderr, "ctx: %s\n", err);
+        return -1;
+    }
+    gemmac_model_info info;
+    gemmac_model_get_info(fx.model, &info);
+    fx.n_vocab = info.n_vocab;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *fx = *state;
+    for (uint32_t c = 0; c < fx->n_cases; c++) {
+        free(fx->cases[c].tokens);
+        free(fx->cases[c].ids);
+        free(fx->cases[c].logprob);
+        free(fx->cases[c].gen);
+    }
+    gemmac_ctx_free(fx->ctx);
+    gemmac_model_free(fx->model);
+    return 0;
+}
+
+/* Evaluates tokens as sequence seq from position 0 with logits for every position. */
+static void eval_all(gemmac_ctx *c, int32_t seq, const int32_t *tokens, uint32_t n) {
+    assert_int_equal(gemmac_ctx_seq_truncate(c, seq, 0), GEMMAC_OK);
+    int32_t *pos = malloc(4 * n), *sq = malloc(4 * n);
+    int8_t *want = malloc(n);
+    for (uint32_t i = 0; i < n; i++) {
+        pos[i] = (int32_t)i;
+        sq[i] = seq;
+        want[i] = 1;
+    }
+    gemmac_batch b = {.n_tokens = (int32_t)n, .token = tokens, .pos = pos, .seq_id = sq, .logits = want};
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_OK);
+    free(pos);
+    free(sq);
+    free(want);
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* KL(P_ref || P_ours) over the reference's top-k tokens plus the rest as one bucket (a lower bound of the
+ * full KL by the log-sum inequality; the top-256 tokens hold nearly all the mass). */
+static double kl_topk(const float *logits, int32_t V, const int32_t *ids, const float *ref_lp, uint32_t k) {
+    double max = logits[0];
+    for (int32_t i = 1; i < V; i++) max = logits[i] > max ? logits[i] : max;
+    double z = 0;
+    for (int32_t i = 0; i < V; i++) z += exp(logits[i] - max);
+    const double lz = max + log(z);
+    double kl = 0, p_ref_top = 0, p_our_top = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        const double pr = exp(ref_lp[j]), lo = logits[ids[j]] - lz;
+        kl += pr * (ref_lp[j] - lo);
+        p_ref_top += pr;
+        p_our_top += exp(lo);
+    }
+    const double tr = 1 - p_ref_top, to = 1 - p_our_top;
+    if (tr > 1e-12 && to > 1e-12) kl += tr * (log(tr) - log(to));
+    return kl;
+}
+
+static void test_logits_match_llama_cpp(void **state) {
+    fixture *fx = *state;
+    if (!fx->model) skip();
+    double kl_sum = 0, kl_max = 0;
+    int n_pos = 0, top1_miss = 0;
+    for (uint32_t c = 0; c < fx->n_cases; c++) {
+        const ref_case *r = &fx->cases[c];
+        eval_all(fx->ctx, 0, r->tokens, r->n_tokens);
+        for (uint32_t p = 0; p < r->n_tokens; p++) {
+            const float *lg = gemmac_ctx_logits(fx->ctx, (int32_t)p);
+            assert_non_null(lg);
+            const double kl = kl_topk(lg, fx->n_vocab, r->ids + (size_t)p * r->k, r->logprob + (size_t)p * r->k, r->k);
+            kl_sum += kl;
+            kl_max = kl > kl_max ? kl : kl_max;
+            n_pos++;
+            if (argmax(lg, fx->n_vocab) != r->ids[(size_t)p * r->k]) {
+                top1_miss++;
+                fprintf(stderr, "case %u position %u: top-1 %d, llama.cpp %d\n", c, p, argmax(lg, fx->n_vocab),
+                        r->ids[(size_t)p * r->k]);
+            }
+        }
+    }
+    fprintf(stderr, "%d positions: mean KL %.3g, max KL %.3g, top-1 differences %d\n", n_pos, kl_sum / n_pos, kl_max,
+            top1_miss);
+    assert_int_equal(top1_miss, 0);
+    assert_true(kl_sum / n_pos <= 1e-3);
+}
+
+static void test_greedy_matches_llama_cpp(void **state) {
+    fixture *fx = *state;
+    if (!fx->model) skip();
+    for (uint32_t c = 0; c < fx->n_cases; c++) {
+        const ref_case *r = &fx->cases[c];
+        eval_all(fx->ctx, 0, r->tokens, r->n_tokens);
+        const float *lg = gemmac_ctx_logits(fx->ctx, (int32_t)r->n_tokens - 1);
+        for (uint32_t i = 0; i < r->n_gen; i++) {
+            int32_t t = argmax(lg, fx->n_vocab);
+            if (t != r->gen[i]) fprintf(stderr, "case %u step %u: %d, llama.cpp %d\n", c, i, t, r->gen[i]);
+            assert_int_equal(t, r->gen[i]);
+            const int32_t pos = (int32_t)(r->n_tokens + i), seq = 0;
+            gemmac_batch b = {.n_tokens = 1, .token = &t, .pos = &pos, .seq_id = &seq};
+            assert_int_equal(gemmac_ctx_decode(fx->ctx, &b), GEMMAC_OK);
+            lg = gemmac_ctx_logits(fx->ctx, 0);
+        }
+    }
+}
+
+/* Several sequences in one batch give each the logits it gets alone; so does decoding token by token. */
+static void test_batch_invariance(void **state) {
+    fixture *fx = *state;
+    if (!fx->model) skip();
+    const uint32_t n_cases = fx->n_cases < 3 ? fx->n_cases : 3;
+    const size_t V = (size_t)fx->n_vocab;
+    float *alone[3];
+    uint32_t total = 0;
+    for (uint32_t c = 0; c < n_cases; c++) {
+        const ref_case *r = &fx->cases[c];
+        eval_all(fx->ctx, 0, r->tokens, r->n_tokens);
+        alone[c] = malloc(sizeof(float) * V * r->n_tokens);
+        for (uint32_t p = 0; p < r->n_tokens; p++)
+            memcpy(alone[c] + p * V, gemmac_ctx_logits(fx->ctx, (int32_t)p), sizeof(float) * V);
+        total += r->n_tokens;
+    }
+    /* interleave the sequences' tokens in one batch */
+    int32_t *tok = malloc(4 * total), *pos = malloc(4 * total), *seq = malloc(4 * total);
+    int8_t *want = malloc(total);
+    uint32_t idx[3] = {0}, n = 0;
+    for (uint32_t c = 0; c < n_cases; c++) assert_int_equal(gemmac_ctx_seq_truncate(fx->ctx, (int32_t)c, 0), GEMMAC_OK);
+    while (n < total)
+        for (uint32_t c = 0; c < n_cases; c++)
+            if (idx[c] < fx->cases[c].n_tokens) {
+                tok[n] = fx->cases[c].tokens[idx[c]];
+                pos[n] = (int32_t)idx[c]++;
+                seq[n] = (int32_t)c;
+                want[n++] = 1;
+            }
+    gemmac_batch b = {.n_tokens = (int32_t)total, .token = tok, .pos = pos, .seq_id = seq, .logits = want};
+    assert_int_equal(gemmac_ctx_decode(fx->ctx, &b), GEMMAC_OK);
+    double max_diff = 0;
+    for (uint32_t i = 0; i < total; i++) {
+        const float *got = gemmac_ctx_logits(fx->ctx, (int32_t)i), *exp_ = alone[seq[i]] + (size_t)pos[i] * V;
+        for (size_t v = 0; v < V; v++) {
+            const double d = fabs((double)got[v] - exp_[v]);
+            max_diff = d > max_diff ? d : max_diff;
+        }
+    }
+    fprintf(stderr, "batched vs alone: max |logit difference| %.3g\n", max_diff);
+    assert_true(max_diff <= 1e-4); /* same kernels per row: only summation order may differ */
+
+    /* token by token vs prefill, for the first case */
+    const ref_case *r = &fx->cases[0];
+    assert_int_equal(gemmac_ctx_seq_truncate(fx->ctx, 0, 0), GEMMAC_OK);
+    max_diff = 0;
+    for (uint32_t p = 0; p < r->n_tokens; p++) {
+        const int32_t ps = (int32_t)p, sq = 0;
+        gemmac_batch one = {.n_tokens = 1, .token = &r->tokens[p], .pos = &ps, .seq_id = &sq};
+        assert_int_equal(gemmac_ctx_decode(fx->ctx, &one), GEMMAC_OK);
+        const float *got = gemmac_ctx_logits(fx->ctx, 0);
+        for (size_t v = 0; v < V; v++) {
+            const double d = fabs((double)got[v] - alone[0][p * V + v]);
+            max_diff = d > max_diff ? d : max_diff;
+        }
+    }
+    fprintf(stderr, "token by token vs prefill: max |logit difference| %.3g\n", max_diff);
+    assert_true(max_diff <= 1e-4);
+    for (uint32_t c = 0; c < n_cases; c++) free(alone[c]);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+}
+
+/* Bad batches are refused whole, with the cache untouched. */
+static void test_bad_batches(void **state) {
+    fixture *fx = *state;
+    if (!fx->model) skip();
+    gemmac_ctx *c = fx->ctx;
+    assert_int_equal(gemmac_ctx_seq_truncate(c, 0, 0), GEMMAC_OK);
+    int32_t tok = 2, pos = 0, seq = 0;
+    gemmac_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq_id = &seq};
+    tok = fx->n_vocab;
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_ERR_INVALID_ARG);
+    assert_non_null(strstr(gemmac_ctx_last_error(c), "vocabulary"));
+    tok = -1;
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_ERR_INVALID_ARG);
+    tok = 2;
+    seq = 4;
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_ERR_INVALID_ARG);
+    seq = 0;
+    pos = 5;
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_ERR_INVALID_ARG);
+    assert_non_null(strstr(gemmac_ctx_last_error(c), "does not continue"));
+    b.n_tokens = 0;
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_ERR_INVALID_ARG);
+    assert_int_equal(gemmac_ctx_seq_len(c, 0), 0);
+    assert_null(gemmac_ctx_logits(c, 0));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_match_llama_cpp),
+        cmocka_unit_test(test_greedy_matches_llama_cpp),
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_bad_batches),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
