@@ -1,6 +1,6 @@
 /* bench_quant.c: throughput of each vec_dot kernel over a 64 MiB weight matrix (a matvec: every row
  * dotted with one quantized activation row), in GB/s of weight bytes, per ISA, 1 and 2 threads; predicts
- * matmul speed. Usage: bench_quant [MiB]. Not built by CMake; build against a configured tree, e.g.:
+ * matvec speed. Not built by CMake; the kernels themselves live in kernels/. Usage: bench_quant [MiB]
  *   cmake --build build-quant --target gemmac && gcc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude \
  *       bench/bench_quant.c build-quant/libgemmac.a -lpthread -lm -o build-quant/bench_quant */
 #include <pthread.h>

@@ -212,16 +212,7 @@ typedef struct ew_ctx {
 static void gelu_mul_range(void *p, long b, long e, int ith) {
     (void)ith;
     ew_ctx *r = p;
-    static int exp_mode = -1;
-    if (exp_mode < 0) exp_mode = getenv("GM_EXP_GELU16") != NULL;
-    for (long i = b; i < e; i++) {
-        float x = r->g[i];
-        if (exp_mode) {
-            if (x <= -10.0f) r->g[i] = 0.0f;
-            else if (x >= 10.0f) r->g[i] = x * r->u[i];
-            else r->g[i] = gm_f16_to_f32(gm_f32_to_f16(gm_ref_gelu_tanh(gm_f16_to_f32(gm_f32_to_f16(x))))) * r->u[i];
-        } else r->g[i] = gm_ref_gelu_tanh(x) * r->u[i];
-    }
+    for (long i = b; i < e; i++) r->g[i] = gm_ref_gelu_tanh(r->g[i]) * r->u[i];
 }
 
 static void cpu_gelu_mul(gm_backend *b, float *g, const float *u, int64_t n) {

@@ -1,15 +1,16 @@
-/* quant_avx2.c: AVX2 + FMA + F16C kernels of the tensor element types: vec_dot of each weight type with its
- * vec_dot_type (int8 maddubs dot products, one float scale per block), the activation quantizers (same
- * bytes as the reference) and the dequantizers used for row lookups (same floats as the reference).
- * Which of these runs is decided in quant_dispatch.c; the specification is kernels/ref.
- * Precondition of every int8 dot (as in ggml): activation int8 values lie in -127..127, which the
- * quantizers guarantee; -128 in an activation could overflow the sign trick of dot_i8. */
+/* quant_avx2.c: AVX2 + FMA + F16C kernels of the tensor element types: vec_dot of every weight type with
+ * its vec_dot_type, the activation quantizers and the row dequantizers. Which one runs is decided in
+ * quant_dispatch.c; the specification is kernels/ref. */
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
+
+/* Contracts with the reference: quantizers give its bytes, dequantizers its floats (one multiply, then one
+ * subtract, never fused); vec_dot computes the same integer block sums and differs only in float rounding.
+ * Precondition of every int8 dot (as in ggml): activation int8 values lie in -127..127, which the
+ * quantizers guarantee; a -128 activation could overflow the sign trick of dot_i8. */
 
 /* ---- helpers ---- */
 
@@ -316,17 +317,6 @@ GM_FLOAT_DOT(vec_dot_bf16, gm_bf16, load_bf16x8, gm_bf16_to_f32)
 
 /* ---- activation quantizers, byte-identical to the reference ---- */
 
-/* roundf (half away from zero) of 8 floats: trunc, then step away from zero where |fraction| >= 0.5.
- * v - trunc(v) is exact, so this is exactly roundf. */
-static inline __m256i roundf_epi32(__m256 v) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                                    _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)));
-    return _mm256_cvttps_epi32(_mm256_add_ps(t, up));
-}
-
 /* Four vectors of 8 int32 as 32 int8 in order (signed saturation). */
 static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
     const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
@@ -349,12 +339,15 @@ static void quantize_q8_0(const float *src, void *dst, int64_t n) {
         __m256 v[4];
         for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(src + 8 * k);
         const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
-        const float d = hmax_ps(mx) / 127;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        y[i].d = gm_f32_to_f16(d);
+        /* gm_quantize_q8_0_act_ref: id = 127/amax, round half to even (llama.cpp's x86 quantizer) */
+        const float amax = hmax_ps(mx);
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        y[i].d = gm_f32_to_f16(amax / 127.0f);
         const __m256 vid = _mm256_set1_ps(id);
-        const __m256i q = pack_i32x32_i8(roundf_epi32(_mm256_mul_ps(v[0], vid)), roundf_epi32(_mm256_mul_ps(v[1], vid)),
-                                         roundf_epi32(_mm256_mul_ps(v[2], vid)), roundf_epi32(_mm256_mul_ps(v[3], vid)));
+#define GM_RNE(x) _mm256_cvtps_epi32(_mm256_round_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+        const __m256i q = pack_i32x32_i8(GM_RNE(_mm256_mul_ps(v[0], vid)), GM_RNE(_mm256_mul_ps(v[1], vid)),
+                                         GM_RNE(_mm256_mul_ps(v[2], vid)), GM_RNE(_mm256_mul_ps(v[3], vid)));
+#undef GM_RNE
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
     }
 }

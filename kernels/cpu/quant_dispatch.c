@@ -55,7 +55,7 @@ static void init_once(void) {
             const gm_type_traits *tr = gm_type_traits_of(t);
             if (!tr) continue;
             if (!tab[t].dequantize) tab[t].dequantize = tr->dequantize;
-            if (!tab[t].quantize) tab[t].quantize = tr->quantize;
+            if (!tab[t].quantize) tab[t].quantize = tr->quantize_act ? tr->quantize_act : tr->quantize;
             if (!tab[t].vec_dot) tab[t].vec_dot = tr->vec_dot;
         }
     }

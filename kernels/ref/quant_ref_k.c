@@ -1,12 +1,19 @@
-/* quant_ref_k.c: the scalar reference (the oracle) of the K-quants q4_K, q5_K, q6_K and their activation
- * type q8_K: dequantize as ggml, quantize (q8_K bit-exact with ggml's quantize_row_q8_K_ref; the weight
- * types by plain round-to-nearest, for synthetic models and tests, not ggml's search), and vec_dot with
- * q8_K in integer block sums scaled once per block, like ggml's generic code. SIMD lives in kernels/cpu. */
+/* quant_ref_k.c: the scalar reference (the oracle) of the K-quants q4_K, q5_K, q6_K and of q8_K, their
+ * activation type: dequantize as ggml, quantize, vec_dot in integer block sums scaled once per block like
+ * ggml's generic code. The 32-element types live in quant_ref_legacy.c, SIMD versions in kernels/cpu. */
 #include <math.h>
 #include <string.h>
 
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
+
+/* q8_K's quantizer is bit-exact with ggml's quantize_row_q8_K_ref (except that an all-zero block gets zero
+ * bsums, which ggml leaves unwritten). The weight quantizers are plain round-to-nearest with a max-based
+ * scale choice, for synthetic models and tests, not ggml's iterative search. No a*b-c is fused (see
+ * quant_ref_legacy.c). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 /* Round to nearest, ties to even, for |f| <= 2^22 (ggml's nearest_int: the float add does the rounding). */
 static inline int nearest_int(float f) {

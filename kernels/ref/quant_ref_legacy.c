@@ -1,12 +1,18 @@
-/* quant_ref_legacy.c: the scalar reference (the oracle) of the float types and of the 32-element block
- * types: dequantize, quantize (bit-exact with ggml's quantize_row_*_ref) and vec_dot with the vec_dot_type,
- * written like ggml's generic code. The K-quants are in quant_ref_k.c; SIMD versions in kernels/cpu.
- * Pointers must have the alignment of their element or block struct (2 bytes, 4 for f32); inputs finite. */
+/* quant_ref_legacy.c: the scalar reference (the oracle) of the float types and the 32-element block types:
+ * dequantize, quantize (bit-exact with ggml's quantize_row_*_ref), vec_dot with the vec_dot_type as ggml's
+ * generic code. K-quants live in quant_ref_k.c, SIMD versions in kernels/cpu. */
 #include <math.h>
 #include <string.h>
 
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
+
+/* Pointers have the alignment of their element or block struct (2 bytes; 4 for f32); inputs are finite.
+ * Dequantizers must give gguf-py's floats exactly, so a*b-c is never fused (clang would under -mfma;
+ * gcc does not contract in ISO C mode). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 /* ---- f32: ggml's vec_dot_f32 sums float products in double ---- */
 
@@ -296,6 +302,16 @@ void gm_quantize_q8_0_ref(const float *src, void *dst, int64_t n) {
         const float id = d != 0 ? 1.0f / d : 0.0f;
         y[i].d = gm_f32_to_f16(d);
         for (int j = 0; j < GM_QK; ++j) y[i].qs[j] = (int8_t)roundf(src[j] * id);
+    }
+}
+
+void gm_quantize_q8_0_act_ref(const float *src, void *dst, int64_t n) {
+    gm_block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / GM_QK; ++i, src += GM_QK) {
+        const float amax = absmax(src, GM_QK);
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        y[i].d = gm_f32_to_f16(amax / 127.0f);
+        for (int j = 0; j < GM_QK; ++j) y[i].qs[j] = (int8_t)nearbyintf(src[j] * id); /* half to even */
     }
 }
 

@@ -3,6 +3,7 @@
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -122,5 +123,10 @@ void gm_pool_run(gm_pool *p, gm_pool_fn fn, void *arg) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n_threads);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) GM_CPU_RELAX();
+    /* Spin while the others finish; if they were descheduled (more threads than free cores), give the
+     * core away instead of burning it. */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < GM_SPIN_ITERS) GM_CPU_RELAX();
+        else sched_yield();
+    }
 }

@@ -15,7 +15,8 @@ typedef struct gm_map {
 
 /* Maps path read-only. On failure *out is zeroed and err says why, naming the path:
  * GEMMAC_ERR_IO for open/stat/mmap failures (with strerror), a directory or other non-regular file, and
- * an empty file. */
+ * an empty file. The mapping is MAP_PRIVATE: if another process truncates the file while it is mapped,
+ * reads past the new end fault (SIGBUS); model files are assumed not to shrink under a running engine. */
 gemmac_status gm_map_file(const char *path, gm_map *out, gm_error *err);
 
 /* Unmaps m (no-op on a zeroed map) and zeroes it. */

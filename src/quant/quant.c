@@ -6,28 +6,30 @@
 
 #include "quant/quant_blocks.h"
 
-/* A weight type with its vec_dot_type and all three reference kernels. */
-#define GM_WEIGHT(T, t, bs, bytes, vdt)                                                                \
+/* A weight type with its vec_dot_type, its reference kernels, and its activation quantizer if it is also
+ * an activation type (act: NULL otherwise). */
+#define GM_WEIGHT(T, t, bs, bytes, vdt, act)                                                           \
     [GM_TYPE_##T] = {.name = #t, .block_size = bs, .block_bytes = bytes, .weight_ok = true,            \
                      .vec_dot_type = GM_TYPE_##vdt, .dequantize = gm_dequantize_##t##_ref,              \
-                     .quantize = gm_quantize_##t##_ref, .vec_dot = gm_vec_dot_##t##_ref}
+                     .quantize = gm_quantize_##t##_ref, .quantize_act = act, .vec_dot = gm_vec_dot_##t##_ref}
 /* An activation-side type: conversions only, no vec_dot of its own. */
 #define GM_ACT(T, t, bs, bytes)                                                                        \
     [GM_TYPE_##T] = {.name = #t, .block_size = bs, .block_bytes = bytes, .vec_dot_type = GM_TYPE_##T,  \
-                     .dequantize = gm_dequantize_##t##_ref, .quantize = gm_quantize_##t##_ref}
+                     .dequantize = gm_dequantize_##t##_ref, .quantize = gm_quantize_##t##_ref,              \
+                     .quantize_act = gm_quantize_##t##_ref}
 
 static const gm_type_traits k_traits[GM_TYPE_COUNT] = {
-    GM_WEIGHT(F32, f32, 1, sizeof(float), F32),
-    GM_WEIGHT(F16, f16, 1, sizeof(gm_f16), F16),
-    GM_WEIGHT(BF16, bf16, 1, sizeof(gm_bf16), BF16),
-    GM_WEIGHT(Q4_0, q4_0, GM_QK, sizeof(gm_block_q4_0), Q8_0),
-    GM_WEIGHT(Q4_1, q4_1, GM_QK, sizeof(gm_block_q4_1), Q8_1),
-    GM_WEIGHT(Q5_0, q5_0, GM_QK, sizeof(gm_block_q5_0), Q8_0),
-    GM_WEIGHT(Q5_1, q5_1, GM_QK, sizeof(gm_block_q5_1), Q8_1),
-    GM_WEIGHT(Q8_0, q8_0, GM_QK, sizeof(gm_block_q8_0), Q8_0),
-    GM_WEIGHT(Q4_K, q4_K, GM_QK_K, sizeof(gm_block_q4_K), Q8_K),
-    GM_WEIGHT(Q5_K, q5_K, GM_QK_K, sizeof(gm_block_q5_K), Q8_K),
-    GM_WEIGHT(Q6_K, q6_K, GM_QK_K, sizeof(gm_block_q6_K), Q8_K),
+    GM_WEIGHT(F32, f32, 1, sizeof(float), F32, gm_quantize_f32_ref),
+    GM_WEIGHT(F16, f16, 1, sizeof(gm_f16), F16, gm_quantize_f16_ref),
+    GM_WEIGHT(BF16, bf16, 1, sizeof(gm_bf16), BF16, gm_quantize_bf16_ref),
+    GM_WEIGHT(Q4_0, q4_0, GM_QK, sizeof(gm_block_q4_0), Q8_0, NULL),
+    GM_WEIGHT(Q4_1, q4_1, GM_QK, sizeof(gm_block_q4_1), Q8_1, NULL),
+    GM_WEIGHT(Q5_0, q5_0, GM_QK, sizeof(gm_block_q5_0), Q8_0, NULL),
+    GM_WEIGHT(Q5_1, q5_1, GM_QK, sizeof(gm_block_q5_1), Q8_1, NULL),
+    GM_WEIGHT(Q8_0, q8_0, GM_QK, sizeof(gm_block_q8_0), Q8_0, gm_quantize_q8_0_act_ref),
+    GM_WEIGHT(Q4_K, q4_K, GM_QK_K, sizeof(gm_block_q4_K), Q8_K, NULL),
+    GM_WEIGHT(Q5_K, q5_K, GM_QK_K, sizeof(gm_block_q5_K), Q8_K, NULL),
+    GM_WEIGHT(Q6_K, q6_K, GM_QK_K, sizeof(gm_block_q6_K), Q8_K, NULL),
     GM_ACT(Q8_1, q8_1, GM_QK, sizeof(gm_block_q8_1)),
     GM_ACT(Q8_K, q8_K, GM_QK_K, sizeof(gm_block_q8_K)),
     /* Sizes only, so errors can name them and tensor sizes can be computed; no kernels. */

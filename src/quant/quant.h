@@ -27,7 +27,8 @@ typedef enum gm_type {
     GM_TYPE_COUNT = 41  /* one past the largest GGML type number we name */
 } gm_type;
 
-/* Conversions over n elements; n is a multiple of the type's block size. */
+/* Conversions over n elements; n is a multiple of the type's block size. Row pointers have the alignment
+ * of the type's element or block struct (2 bytes; 4 for f32 and q8_K), as GGUF tensor data always has. */
 typedef void (*gm_dequantize_fn)(const void *src, float *dst, int64_t n);
 typedef void (*gm_quantize_fn)(const float *src, void *dst, int64_t n);
 /* *out = dot(w, a) over n elements: w is a row of the weight type, a a row of its vec_dot_type. */
@@ -41,6 +42,10 @@ typedef struct gm_type_traits {
     gm_type vec_dot_type;          /* activations are quantized to this type before vec_dot */
     gm_dequantize_fn dequantize;   /* scalar reference (the oracle) */
     gm_quantize_fn quantize;       /* scalar reference; bit-exact with GGML's for the activation types */
+    gm_quantize_fn quantize_act;   /* how activations become this type before a vec_dot (NULL: not an
+                                      activation type): the scalar statement of the quantizer llama.cpp's CPU
+                                      backend runs on x86, so that our rounding of activations is its rounding.
+                                      Differs from quantize only for q8_0 (id = 127/amax, round half even). */
     gm_vec_dot_fn vec_dot;         /* scalar reference */
 } gm_type_traits;
 
@@ -59,7 +64,7 @@ typedef enum gm_isa { GM_ISA_SCALAR = 0, GM_ISA_AVX2 = 1, GM_ISA_AVX512 = 2 } gm
 
 typedef struct gm_type_cpu {
     gm_dequantize_fn dequantize;
-    gm_quantize_fn quantize;       /* used for activations of the vec_dot types; same bytes as the ref */
+    gm_quantize_fn quantize;       /* activation quantizer: same bytes as the traits' quantize_act */
     gm_vec_dot_fn vec_dot;
 } gm_type_cpu;
 
@@ -67,7 +72,9 @@ typedef struct gm_type_cpu {
 gm_isa gm_cpu_isa(void);
 const char *gm_isa_name(gm_isa isa);
 /* Kernels of type t for a given ISA (for tests), or for the best one (gm_cpu_kernels). Entries never NULL
- * for a type with traits: a missing fast kernel falls back to the reference. NULL if isa is not runnable. */
+ * for a type with traits: a missing fast kernel falls back to the reference. NULL if isa is not runnable
+ * on this CPU, or t has no kernels at all (unknown numbers, q2_K, q3_K). The activation-only types q8_1
+ * and q8_K have dequantize and quantize but a NULL vec_dot. */
 const gm_type_cpu *gm_cpu_kernels_isa(gm_type t, gm_isa isa);
 const gm_type_cpu *gm_cpu_kernels(gm_type t);
 
@@ -96,6 +103,9 @@ void gm_quantize_q5_1_ref(const float *src, void *dst, int64_t n);
 void gm_vec_dot_q5_1_ref(int64_t n, float *out, const void *w, const void *a);
 void gm_dequantize_q8_0_ref(const void *src, float *dst, int64_t n);
 void gm_quantize_q8_0_ref(const float *src, void *dst, int64_t n);
+/* q8_0 as llama.cpp's CPU backend quantizes activations on x86: d = f16(amax / 127), q = round-half-even(x ·
+ * (127 / amax)). gm_quantize_q8_0_ref is ggml's reference (id = 1/d, roundf), which gguf-py mirrors. */
+void gm_quantize_q8_0_act_ref(const float *src, void *dst, int64_t n);
 void gm_vec_dot_q8_0_ref(int64_t n, float *out, const void *w, const void *a);
 void gm_dequantize_q4_K_ref(const void *src, float *dst, int64_t n);
 void gm_quantize_q4_K_ref(const float *src, void *dst, int64_t n);

@@ -18,10 +18,11 @@
  *   - the draw: u in [0, 1) from PCG32, first survivor whose running weight exceeds u * sum.
  *   - every logit -inf (or NaN): the lowest id among the survivors, so token 0 for an all -inf row.
  *
- * Speed (n_vocab = 262144, once per token): top-k is a k-element min-heap over one pass of the
- * logits, with no copy of the row; penalised tokens are fed in afterwards. Without top-k the row is
- * copied once and top-p / min-p sort only the prefix above a threshold that widens until it holds
- * enough probability mass. */
+ * Speed (n_vocab = 262144, once per token; bench/bench_sampler.c): top-k (k <= GM_HEAP_MAX_K) and
+ * greedy read the row once, in 64-logit blocks whose vectorised max is checked against the running
+ * threshold first, keeping a k-element heap and never copying the row; penalised tokens are fed in
+ * afterwards. Without top-k the row is copied once, and top-p / min-p sort only the candidates above
+ * a threshold that widens until the prefix ends inside it (llama.cpp's bucket pre-filter, simpler). */
 #include "sample/sampler_internal.h"
 
 #include <float.h>
@@ -37,6 +38,7 @@
 #define GM_PCG_STREAM 54u
 /* First window (logit units below the max) that top-p sorts without top-k; doubles until it fits. */
 #define GM_TOP_P_FIRST_WINDOW 8.0f
+/* ... up to this one, after which everything left is taken: expf(-104) is already 0 in float. */
 #define GM_TOP_P_LAST_WINDOW 128.0f
 
 /* ==== PCG32 ==== */
@@ -400,7 +402,6 @@ static inline float block_max(const float *x) {
     return r;
 }
 
-
 /* temp <= 0: argmax of the penalised logits, lowest id on ties, 0 when all are -inf. */
 static gemmac_token greedy(const gemmac_sampler *s, const float *logits, float *logit_out) {
     const int32_t *count = s->penalize ? s->count : NULL;
@@ -408,11 +409,11 @@ static gemmac_token greedy(const gemmac_sampler *s, const float *logits, float *
     gemmac_token arg = 0;
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n;) {
-        if (i + GM_BLOCK <= n && !(block_max(logits + i) > best)) {
+        if (n - i >= GM_BLOCK && !(block_max(logits + i) > best)) {
             i += GM_BLOCK;
             continue;
         }
-        for (int32_t end = i + GM_BLOCK < n ? i + GM_BLOCK : n; i < end; i++) {
+        for (int32_t end = n - i > GM_BLOCK ? i + GM_BLOCK : n; i < end; i++) {
             float v = logits[i];
             if (v > best) {
                 v = sanitize(v);
@@ -454,11 +455,11 @@ static int32_t top_k_heap(gemmac_sampler *s, const float *logits, int32_t k) {
         /* Later ids lose ties, so only a strictly larger logit enters. */
         float thr = h[0].logit;
         while (i < n) {
-            if (i + GM_BLOCK <= n && !(block_max(logits + i) > thr)) {
+            if (n - i >= GM_BLOCK && !(block_max(logits + i) > thr)) {
                 i += GM_BLOCK;
                 continue;
             }
-            for (int32_t end = i + GM_BLOCK < n ? i + GM_BLOCK : n; i < end; i++) {
+            for (int32_t end = n - i > GM_BLOCK ? i + GM_BLOCK : n; i < end; i++) {
                 float v = logits[i];
                 if (v > thr) {
                     v = sanitize(v);
@@ -541,7 +542,6 @@ static int32_t top_p_min_p(const gemmac_sampler *s, gm_cand *c, int32_t m, bool 
         int32_t end = m;
         bool last = true;
         if (!was_sorted) {
-            /* Below lmax - GM_TOP_P_LAST_WINDOW expf() is 0 in float: no mass left to find. */
             float t = lmax - window;
             last = window >= GM_TOP_P_LAST_WINDOW || !(t > tmin);
             if (last) t = tmin;
@@ -603,6 +603,9 @@ static double weigh(gemmac_sampler *s, const gm_cand *c, int32_t r) {
     return sum;
 }
 
+/* Does not accept the token (the caller does, as for prompt tokens). One draw of the generator (two
+ * 32-bit outputs) per call, none when a single candidate survives or temp <= 0. NULL arguments give
+ * token 0. */
 gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits) {
     if (!s || !logits) return 0;
     if (s->params.temp <= 0.0f) return greedy(s, logits, NULL);

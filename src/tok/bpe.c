@@ -1,7 +1,6 @@
-/* bpe.c: the Gemma 4 tokenizer (tokenizer.ggml.model "gemma4"), as llama.cpp's llm_tokenizer_bpe_session
- * with LLAMA_VOCAB_PRE_TYPE_GEMMA4: spaces → U+2581, the text decoded to code points and re-encoded
- * (invalid UTF-8 becomes U+FFFD, as llama.cpp's unicode_regex_split does), split into runs of newlines and
- * runs of everything else ([^\n]+|[\n]+), merges by rank over UTF-8 characters, byte fallback <0xHH>. */
+/* bpe.c: Gemma 4's tokenizer ("gemma4"), as llama.cpp's bpe session with PRE_TYPE_GEMMA4: spaces → U+2581,
+ * decode/re-encode (invalid UTF-8 → U+FFFD), split into newline runs and the rest ([^\n]+|[\n]+), merges by
+ * rank over UTF-8 characters, byte fallback <0xHH>. Special tokens are split off before, in tokenizer.c. */
 #include "tok/tok_internal.h"
 
 #include <stdlib.h>
@@ -63,77 +62,34 @@ static size_t utf8_encode(uint32_t cp, uint8_t *d) {
     return 4;
 }
 
-/* ---- merge queue ---- */
+/* ---- merges ---- */
 
 typedef struct bpe_sym {
     int32_t prev, next;
     uint32_t off, n;               /* bytes [off, off + n) of the normalised text; n == 0 once merged away */
+    int32_t id;                    /* the token with exactly this text, or -1 */
 } bpe_sym;
 
-typedef struct bpe_bigram {
-    int64_t rank;
-    int32_t left, right;
-    uint32_t size;
-} bpe_bigram;
-
-typedef struct bpe_heap {
-    bpe_bigram *v;
-    size_t n, cap;
-} bpe_heap;
-
-/* a is popped before b: lower rank first, then the leftmost (llama.cpp's llm_bigram_bpe::comparator) */
-static bool bpe_before(const bpe_bigram *a, const bpe_bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+/* Merge rank of the pair (i, j), by token ids when both halves are tokens (a merge whose halves are tokens
+ * is only ever matched by those tokens), else by text; *result gets the merged symbol's token. */
+static int64_t pair_rank(const gm_tokenizer *t, const char *s, const bpe_sym *syms, int32_t i, int32_t j,
+                         int32_t *result) {
+    if (syms[i].id >= 0 && syms[j].id >= 0) return gm_tok_merge_ids(t, syms[i].id, syms[j].id, result);
+    int64_t rank = gm_tok_merge_rank(t, s + syms[i].off, syms[i].n, s + syms[j].off, syms[j].n);
+    if (rank >= 0) *result = gm_tok_lookup(t, s + syms[i].off, (size_t)syms[i].n + syms[j].n);
+    return rank;
 }
 
-static bool heap_push(bpe_heap *h, bpe_bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bpe_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bpe_before(&x, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = x;
-    return true;
+/* The key of the pair (i, next of i): its merge rank (lower first), or empty when it has none. */
+static uint64_t pair_key(const gm_tokenizer *t, const char *s, const bpe_sym *syms, int32_t i) {
+    int32_t r = syms[i].next, result;
+    if (r < 0) return GM_MT_EMPTY;
+    int64_t rank = pair_rank(t, s, syms, i, r, &result);
+    if (rank < 0) return GM_MT_EMPTY;
+    return (uint64_t)rank << 32 | (uint32_t)i;
 }
 
-static bpe_bigram heap_pop(bpe_heap *h) {
-    bpe_bigram top = h->v[0];
-    bpe_bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bpe_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bpe_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-static bool add_bigram(const gm_tokenizer *t, const char *s, const bpe_sym *syms, int32_t left, int32_t right,
-                       bpe_heap *h) {
-    if (left < 0 || right < 0) return true;
-    const bpe_sym *l = &syms[left], *r = &syms[right];
-    int64_t rank = gm_tok_merge_rank(t, s + l->off, l->n, s + r->off, r->n);
-    if (rank < 0) return true;
-    bpe_bigram b = {rank, left, right, l->n + r->n};
-    return heap_push(h, b);
-}
-
-static gemmac_status emit_symbol(const gm_tokenizer *t, const char *s, size_t n, gm_tokvec *out) {
-    int32_t id = gm_tok_lookup(t, s, n);
-    if (id >= 0) return gm_tokvec_push(out, id);
+static gemmac_status emit_bytes(const gm_tokenizer *t, const char *s, size_t n, gm_tokvec *out) {
     for (size_t j = 0; j < n; j++) {  /* byte fallback; a byte without a token is dropped, as llama.cpp */
         int32_t b = t->byte_token[(uint8_t)s[j]];
         if (b >= 0 && gm_tokvec_push(out, b)) return GEMMAC_ERR_NO_MEMORY;
@@ -142,7 +98,7 @@ static gemmac_status emit_symbol(const gm_tokenizer *t, const char *s, size_t n,
 }
 
 /* Tokenizes one word (a run of newlines or a run without any) of the normalised text s[0, n). */
-static gemmac_status bpe_word(const gm_tokenizer *t, const char *s, size_t n, bpe_sym *syms, bpe_heap *heap,
+static gemmac_status bpe_word(const gm_tokenizer *t, const char *s, size_t n, bpe_sym *syms, gm_mintree *tree,
                               gm_tokvec *out) {
     if (s[0] == '\n') {  /* llama.cpp PR 21343: a newline run that is a token is emitted whole */
         int32_t id = gm_tok_lookup(t, s, n);
@@ -152,27 +108,31 @@ static gemmac_status bpe_word(const gm_tokenizer *t, const char *s, size_t n, bp
     for (size_t off = 0; off < n;) {
         size_t len = gm_utf8_len((uint8_t)s[off]);
         if (len > n - off) len = n - off;
-        syms[n_sym] = (bpe_sym){n_sym - 1, off + len == n ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)len};
+        syms[n_sym] = (bpe_sym){n_sym - 1, off + len == n ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)len,
+                                gm_tok_lookup(t, s + off, len)};
         n_sym++;
         off += len;
     }
-    heap->n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!add_bigram(t, s, syms, i - 1, i, heap)) return GEMMAC_ERR_NO_MEMORY;
-    while (heap->n) {
-        bpe_bigram b = heap_pop(heap);
-        bpe_sym *l = &syms[b.left], *r = &syms[b.right];
-        /* llama.cpp compares texts; the left start never moves and the pair is adjacent, so sizes suffice */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) syms[r->next].prev = b.left;
-        if (!add_bigram(t, s, syms, l->prev, b.left, heap) || !add_bigram(t, s, syms, b.left, l->next, heap))
-            return GEMMAC_ERR_NO_MEMORY;
+    tree->base = 1;
+    while (tree->base < (size_t)n_sym) tree->base <<= 1;
+    for (size_t i = 0; i < 2 * tree->base; i++) tree->v[i] = GM_MT_EMPTY;
+    for (int32_t i = 0; i < n_sym; i++) tree->v[tree->base + (size_t)i] = pair_key(t, s, syms, i);
+    gm_mt_build(tree);
+    while (tree->v[1] != GM_MT_EMPTY) {  /* merge the best pair: right symbol into the left one */
+        int32_t l = (int32_t)(uint32_t)tree->v[1], r = syms[l].next, merged = -1;
+        pair_rank(t, s, syms, l, r, &merged);
+        syms[l].id = merged;
+        syms[l].n += syms[r].n;
+        syms[r].n = 0;
+        syms[l].next = syms[r].next;
+        if (syms[r].next >= 0) syms[syms[r].next].prev = l;
+        gm_mt_set(tree, (size_t)r, GM_MT_EMPTY);
+        gm_mt_set(tree, (size_t)l, pair_key(t, s, syms, l));
+        if (syms[l].prev >= 0) gm_mt_set(tree, (size_t)syms[l].prev, pair_key(t, s, syms, syms[l].prev));
     }
     for (int32_t i = 0; i != -1; i = syms[i].next) {
-        gemmac_status st = emit_symbol(t, s + syms[i].off, syms[i].n, out);
+        gemmac_status st = syms[i].id >= 0 ? gm_tokvec_push(out, syms[i].id)
+                                           : emit_bytes(t, s + syms[i].off, syms[i].n, out);
         if (st) return st;
     }
     return GEMMAC_OK;
@@ -191,9 +151,9 @@ gemmac_status gm_bpe_tokenize(const gm_tokenizer *t, const char *text, size_t le
     if (norm_len == 0) return GEMMAC_OK;
     uint8_t *norm = malloc(norm_len);
     bpe_sym *syms = malloc(n_cps * sizeof *syms);
-    bpe_heap heap = {0};
+    gm_mintree tree = {0};
     gemmac_status st = GEMMAC_OK;
-    if (!norm || !syms) {
+    if (!norm || !syms || !gm_mt_init(&tree, n_cps)) {  /* sized for the longest possible word */
         st = GEMMAC_ERR_NO_MEMORY;
         goto done;
     }
@@ -207,12 +167,12 @@ gemmac_status gm_bpe_tokenize(const gm_tokenizer *t, const char *text, size_t le
         bool nl = s[w] == '\n';
         size_t e = w + 1;
         while (e < norm_len && (s[e] == '\n') == nl) e++;
-        if ((st = bpe_word(t, s + w, e - w, syms, &heap, out))) goto done;
+        if ((st = bpe_word(t, s + w, e - w, syms, &tree, out))) goto done;
         w = e;
     }
 done:
     free(norm);
     free(syms);
-    free(heap.v);
+    free(tree.v);
     return st;
 }

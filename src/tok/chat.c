@@ -42,37 +42,40 @@ static role_t role_of(const char *r) {
     return ROLE_BAD;
 }
 
-/* Gemma 3: no system turn; system texts wait, each followed by "\n\n", for the next user turn. A system
- * text with no user turn after it gets a user turn of its own (HF's template would drop it). */
+/* System texts waiting for a user turn: msgs[from, to) are all system messages. */
+static void put_systems(sbuf *b, const gemmac_chat_msg *msgs, size_t from, size_t to, bool trailing_sep) {
+    for (size_t j = from; j < to; j++) {
+        if (j > from) puts_(b, "\n\n");
+        puts_(b, msgs[j].content);
+    }
+    if (trailing_sep) puts_(b, "\n\n");
+}
+
+/* Gemma 3: no system turn; system text (as given) + "\n\n" opens the next user turn (several are joined by
+ * "\n\n"). System text that a model turn or the end follows instead gets a user turn of its own, so nothing
+ * is dropped (HF's template only folds a leading system message and drops it when no user turn follows). */
 static void render_gemma3(sbuf *b, const gemmac_chat_msg *msgs, size_t n, bool gen) {
     puts_(b, "<bos>");
-    size_t pending_from = n;  /* first system message not yet emitted */
-    for (size_t i = 0; i < n; i++) {
-        role_t r = role_of(msgs[i].role);
+    size_t pending = n;  /* first waiting system message, n when none */
+    for (size_t i = 0; i <= n; i++) {
+        role_t r = i < n ? role_of(msgs[i].role) : ROLE_BAD;
         if (r == ROLE_SYSTEM) {
-            if (pending_from == n) pending_from = i;
+            if (pending == n) pending = i;
             continue;
         }
+        if (pending < n && r != ROLE_USER) {
+            puts_(b, "<start_of_turn>user\n");
+            put_systems(b, msgs, pending, i, false);
+            puts_(b, "<end_of_turn>\n");
+            pending = n;
+        }
+        if (i == n) break;
         puts_(b, r == ROLE_USER ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
-        if (r == ROLE_USER && pending_from < n) {
-            for (size_t j = pending_from; j < i; j++) {
-                if (role_of(msgs[j].role) != ROLE_SYSTEM) continue;
-                puts_(b, msgs[j].content);
-                puts_(b, "\n\n");
-            }
-            pending_from = n;
+        if (pending < n) {
+            put_systems(b, msgs, pending, i, true);
+            pending = n;
         }
         put_trimmed(b, msgs[i].content, strlen(msgs[i].content));
-        puts_(b, "<end_of_turn>\n");
-    }
-    if (pending_from < n) {
-        puts_(b, "<start_of_turn>user\n");
-        bool first = true;
-        for (size_t j = pending_from; j < n; j++) {
-            if (!first) puts_(b, "\n\n");
-            puts_(b, msgs[j].content);
-            first = false;
-        }
         puts_(b, "<end_of_turn>\n");
     }
     if (gen) puts_(b, "<start_of_turn>model\n");

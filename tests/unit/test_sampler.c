@@ -332,6 +332,35 @@ static void test_greedy_big_vocab(void **state) {
     free(l);
 }
 
+/* Greedy against a brute-force argmax on rows where the runner-up is close (the block scan must
+ * not skip it) and, quantised, ties are common (lowest id wins). */
+static void test_greedy_vs_brute_force(void **state) {
+    (void)state;
+    float *l = malloc(BIG_VOCAB * sizeof *l);
+    assert_non_null(l);
+    gm_pcg32 r;
+    gm_pcg32_seed(&r, 6, 6);
+    gemmac_sampler_params p = gemmac_sampler_default_params();
+    p.temp = 0.0f;
+    const int32_t odd = BIG_VOCAB - 37;        /* ends in a partial block of 27 */
+    gemmac_sampler *s = make(&p, BIG_VOCAB), *s_odd = make(&p, odd);
+    for (int row = 0; row < 12; row++) {
+        float q = row % 2 ? 4.0f : 4096.0f;   /* coarse (many ties) or fine quantisation */
+        for (int32_t i = 0; i < BIG_VOCAB; i++) l[i] = roundf(gauss(&r) * q) / q;
+        if (row == 10) l[odd - 1] = 100.0f;    /* the last element of the partial block */
+        int32_t best = 0, best_odd = 0;
+        for (int32_t i = 1; i < BIG_VOCAB; i++) {
+            if (l[i] > l[best]) best = i;
+            if (i < odd && l[i] > l[best_odd]) best_odd = i;
+        }
+        assert_int_equal(gemmac_sampler_sample(s, l), best);
+        assert_int_equal(gemmac_sampler_sample(s_odd, l), best_odd);
+    }
+    gemmac_sampler_free(s);
+    gemmac_sampler_free(s_odd);
+    free(l);
+}
+
 /* ---- top-k ---- */
 
 static void test_top_k_exact(void **state) {
@@ -383,6 +412,13 @@ static void test_top_k_big_vocab_vs_reference(void **state) {
         check_against_ref(s, &p, l, l, BIG_VOCAB);
         gemmac_sampler_free(s);
     }
+    /* A row that ends in a partial scan block, its best tokens in that tail. */
+    const int32_t odd = BIG_VOCAB - 37;
+    for (int32_t i = odd - 20; i < odd; i++) l[i] = 50.0f + (float)(i % 3);
+    p.top_k = 40;
+    gemmac_sampler *s = make(&p, odd);
+    check_against_ref(s, &p, l, l, odd);
+    gemmac_sampler_free(s);
     free(l);
 }
 
@@ -667,6 +703,89 @@ static void test_penalty_moves_greedy(void **state) {
     gemmac_sampler_free(s);
 }
 
+static void test_penalised_tie_goes_to_lowest_id(void **state) {
+    (void)state;
+    /* Token 0 is penalised from 2.0 down to 1.0 and then ties tokens 1 and 2: lowest id, 0. */
+    const float l[] = {2.0f, 1.0f, 1.0f};
+    gemmac_sampler_params p = gemmac_sampler_default_params();
+    p.temp = 0.0f;
+    p.repeat_penalty = 2.0f;
+    gemmac_sampler *s = make(&p, 3);
+    gemmac_sampler_accept(s, 0);
+    assert_int_equal(gemmac_sampler_sample(s, l), 0);
+    gemmac_sampler_free(s);
+    /* The same tie, seen by top-k = 1 (heap path). */
+    p.temp = 1.0f;
+    p.top_k = 1;
+    s = make(&p, 3);
+    gemmac_sampler_accept(s, 0);
+    const gemmac_token want[] = {0};
+    expect_survivors(s, l, want, 1);
+    gemmac_sampler_free(s);
+}
+
+/* Top-k when most tokens are penalised: the pass over the row finds fewer than k unpenalised ones
+ * and the penalised tokens fill the heap. Repeat 2, history {0, 2, 3, 5}:
+ *   0: 2 -> 1.0   1: -1 (free)   2: 3 -> 1.5   3: -2 -> -4   4: 0 (free)   5: 1 -> 0.5
+ * Order: 2 (1.5), 0 (1.0), 5 (0.5), 4 (0), 1 (-1), 3 (-4). */
+static void test_top_k_mostly_penalised(void **state) {
+    (void)state;
+    const float l[] = {2.0f, -1.0f, 3.0f, -2.0f, 0.0f, 1.0f};
+    const gemmac_token order[] = {2, 0, 5, 4, 1, 3};
+    const int32_t ks[] = {1, 2, 4, 5, 0};
+    const int32_t kept[] = {1, 2, 4, 5, 6};
+    for (int i = 0; i < N_ELEMS(ks); i++) {
+        gemmac_sampler_params p = plain_params();
+        p.repeat_penalty = 2.0f;
+        p.top_k = ks[i];
+        gemmac_sampler *s = make(&p, N_ELEMS(l));
+        const gemmac_token hist[] = {0, 2, 3, 5};
+        for (int j = 0; j < N_ELEMS(hist); j++) gemmac_sampler_accept(s, hist[j]);
+        expect_survivors(s, l, order, kept[i]);
+        gemmac_sampler_free(s);
+    }
+}
+
+/* After reset a used sampler behaves exactly like a fresh one: same survivors and logits on every
+ * path (heap, whole row, greedy) through a new history that wraps the window, and the same draws. */
+static void test_reset_equals_fresh(void **state) {
+    (void)state;
+    const float l[] = {2.0f, -1.0f, 3.0f, -2.0f, 0.0f, 1.0f, 0.5f, -0.5f};
+    const int32_t n = N_ELEMS(l);
+    const int32_t ks[] = {5, 0, 40};
+    for (int v = 0; v < 4; v++) {
+        gemmac_sampler_params p = plain_params();
+        p.repeat_penalty = 1.5f;
+        p.frequency_penalty = 0.25f;
+        p.presence_penalty = 0.125f;
+        p.repeat_last_n = 3;
+        p.top_k = ks[v % 3];
+        if (v == 3) p.temp = 0.0f;
+        gemmac_sampler *used = make(&p, n);
+        for (int i = 0; i < 10; i++) gemmac_sampler_accept(used, (i * 5) % n);
+        (void)gemmac_sampler_sample(used, l);
+        gemmac_sampler_reset(used);
+        gemmac_sampler *fresh = make(&p, n);
+        const gemmac_token hist[] = {2, 2, 5, 5, 7, 0, 2};
+        for (int j = 0; j <= N_ELEMS(hist); j++) {
+            gm_sample_cand a[8], b[8];
+            int32_t na = gm_sampler_candidates(used, l, a, 8), nb = gm_sampler_candidates(fresh, l, b, 8);
+            assert_int_equal(na, nb);
+            for (int32_t i = 0; i < na; i++) {
+                assert_int_equal(a[i].id, b[i].id);
+                assert_true(a[i].logit == b[i].logit && a[i].p == b[i].p);
+            }
+            assert_int_equal(gemmac_sampler_sample(used, l), gemmac_sampler_sample(fresh, l));
+            if (j < N_ELEMS(hist)) {
+                gemmac_sampler_accept(used, hist[j]);
+                gemmac_sampler_accept(fresh, hist[j]);
+            }
+        }
+        gemmac_sampler_free(used);
+        gemmac_sampler_free(fresh);
+    }
+}
+
 /* Penalties on a full-size row under the default chain (heap path): the penalised tokens are the
  * current best ones, so the penalty decides who survives. Reference penalises independently. */
 static void test_penalties_big_vocab_vs_reference(void **state) {
@@ -885,6 +1004,7 @@ int main(void) {
         cmocka_unit_test(test_random_seed_differs),
         cmocka_unit_test(test_greedy_argmax),
         cmocka_unit_test(test_greedy_big_vocab),
+        cmocka_unit_test(test_greedy_vs_brute_force),
         cmocka_unit_test(test_top_k_exact),
         cmocka_unit_test(test_top_k_big_vocab_vs_reference),
         cmocka_unit_test(test_top_p_exact_boundary),
@@ -897,6 +1017,9 @@ int main(void) {
         cmocka_unit_test(test_repeat_penalty_window),
         cmocka_unit_test(test_frequency_presence),
         cmocka_unit_test(test_penalty_moves_greedy),
+        cmocka_unit_test(test_penalised_tie_goes_to_lowest_id),
+        cmocka_unit_test(test_top_k_mostly_penalised),
+        cmocka_unit_test(test_reset_equals_fresh),
         cmocka_unit_test(test_penalties_big_vocab_vs_reference),
         cmocka_unit_test(test_temperature_empirical),
         cmocka_unit_test(test_default_chain_draws),

@@ -281,6 +281,32 @@ static void test_gemma4_matches_hf(void **state) {
     assert_int_equal(len, 0);
     gm_token_piece(t, 105, &len);
     assert_int_equal(len, 0);
+    /* a rendered chat tokenizes with one BOS and whole turn markers when parsed as the header says */
+    const gemmac_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "hi"}};
+    char chat[256];
+    size_t clen;
+    assert_int_equal(gm_chat_render(GM_CHAT_GEMMA4, msgs, 2, true, chat, sizeof chat, &clen), GEMMAC_OK);
+    size_t n;
+    gemmac_token *ids = tok(t, chat, clen, SPECIAL, &n);
+    assert_true(n > 8);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 105);
+    size_t last_turn = 0, n_bos = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_bos += ids[i] == 2;
+        if (ids[i] == 105) last_turn = i;
+    }
+    assert_int_equal(n_bos, 1);
+    char tail[64];  /* what follows the last <|turn> renders as "model\n" */
+    size_t tl = 0;
+    for (size_t i = last_turn + 1; i < n && tl < 32; i++) {
+        const char *p = gm_token_piece(t, ids[i], &len);
+        memcpy(tail + tl, p, len < 16 ? len : 16);
+        tl += len < 16 ? len : 16;
+    }
+    assert_int_equal(tl, 6);
+    assert_memory_equal(tail, "model\n", 6);
+    free(ids);
     gm_tokenizer_free(t);
     gm_gguf_close(g);
 }
