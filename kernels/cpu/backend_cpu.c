@@ -8,10 +8,15 @@
 #include "core/threadpool.h"
 #include "model/backend.h"
 #include "quant/quant.h"
+#include "cpu/ops_cpu.h"
 #include "ref/ops_ref.h"
+
+typedef void (*attention_head_fn)(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
+                                  int D, float *scores, float *out);
 
 typedef struct cpu_backend {
     gm_backend base;
+    attention_head_fn attention_head; /* the best kernel this CPU runs */
     gm_pool *pool;
     uint8_t *wdata;            /* quantized activations of the current matmul */
     size_t wdata_size;
@@ -254,7 +259,7 @@ static void attn_range(void *p, long b, long e, int ith) {
             krows[j] = gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D;
             vrows[j] = gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D;
         }
-        gm_ref_attention_head(a->q + i * D, krows, vrows, n_keys, D, scores, a->out + i * D);
+        x->c->attention_head(a->q + i * D, krows, vrows, n_keys, D, scores, a->out + i * D);
     }
 }
 
@@ -331,6 +336,7 @@ gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err)
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: out of memory");
     c->base.ops = &cpu_ops;
+    c->attention_head = gm_cpu_isa() >= GM_ISA_AVX2 ? gm_avx2_attention_head : gm_ref_attention_head;
     gemmac_status st = gm_pool_new(n_threads, &c->pool, err);
     if (st != GEMMAC_OK) {
         free(c);

@@ -1,0 +1,12 @@
+/* ops_cpu.h: SIMD versions of the non-matmul reference kernels of kernels/ref/ops_ref.h, with the same
+ * signatures and contracts; the CPU backend picks them at run time by gm_cpu_isa(). */
+#ifndef GM_OPS_CPU_H
+#define GM_OPS_CPU_H
+
+#include "quant/fp16.h"
+
+/* As gm_ref_attention_head (AVX2 + FMA + F16C). */
+void gm_avx2_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
+                            float *scores, float *out);
+
+#endif
