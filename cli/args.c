@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -233,7 +234,8 @@ gemmac_model *cli_load_model(const char *cmd, const cli_opts *o) {
     }
     gemmac_model_params mp = gemmac_model_default_params();
     progress_state ps = {-1};
-    if (!o->no_progress) {
+    /* The bar is for a person watching: on a pipe or a file it would only add lines before any error. */
+    if (!o->no_progress && isatty(fileno(stderr))) {
         mp.progress = progress_bar;
         mp.progress_user_data = &ps;
     }
@@ -242,7 +244,7 @@ gemmac_model *cli_load_model(const char *cmd, const cli_opts *o) {
     gemmac_status st = gemmac_model_load(path, &mp, &m, err, sizeof err);
     if (st != GEMMAC_OK) {
         if (ps.last >= 0) fputc('\n', stderr);
-        fprintf(stderr, "gemmac %s: %s: %s\n", cmd, path, err);
+        fprintf(stderr, "gemmac %s: %s\n", cmd, err);
         return NULL;
     }
     return m;

@@ -81,14 +81,13 @@ int cmd_run(int argc, char **argv) {
     }
     gen_stats st;
     ret = cli_generate("run", c, m, s, prompt, n_prompt, &o, o.ids ? NULL : stdout, &st, &go);
-    if (o.ids) {
-        for (size_t i = 0; i < go.n; i++) printf(i ? " %d" : "%d", go.ids[i]);
+    if (ret == 0 || go.n > 0) { /* end the text (or the ids) that was produced */
+        if (o.ids)
+            for (size_t i = 0; i < go.n; i++) printf(i ? " %d" : "%d", go.ids[i]);
         printf("\n");
-    } else {
-        printf("\n");
+        fflush(stdout);
     }
-    fflush(stdout);
-    cli_print_stats(&st);
+    if (ret == 0) cli_print_stats(&st); /* after an error, its one line is the last word on stderr */
 done:
     free(go.ids);
     gemmac_sampler_free(s);

@@ -49,12 +49,12 @@ typedef bool (*gemmac_progress_fn)(float progress, void *user_data);
 typedef struct gemmac_model_params {
     gemmac_progress_fn progress;     /* may be NULL */
     void *progress_user_data;
-    bool use_mmap;                   /* map weights instead of reading them (default true) */
 } gemmac_model_params;
 
 GEMMAC_API gemmac_model_params gemmac_model_default_params(void);
 
-/* Loads a model file. On failure *out is NULL and a one-line message is written to err (if non-NULL). */
+/* Loads a model file (weights are memory-mapped, not copied). On failure *out is NULL and a one-line message
+ * that names the file is written to err (if non-NULL). */
 GEMMAC_API gemmac_status gemmac_model_load(const char *path, const gemmac_model_params *params,
                                            gemmac_model **out, char *err, size_t err_size);
 GEMMAC_API void gemmac_model_free(gemmac_model *model);

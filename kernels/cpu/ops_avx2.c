@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu/ops_cpu.h"
+#include "ref/ops_ref.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -32,12 +33,7 @@ void gm_avx2_attention_head(const float *q, const gm_f16 *const *k, const gm_f16
         scores[i] = s;
         if (s > max) max = s;
     }
-    double sum = 0.0;
-    for (int i = 0; i < n_keys; i++) {
-        scores[i] = expf(scores[i] - max);
-        sum += scores[i];
-    }
-    const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    const float inv = gm_ref_softmax_exp(scores, n_keys, max);
     int j = 0;
     for (; j < D8; j += 8) {
         __m256 acc = _mm256_setzero_ps();

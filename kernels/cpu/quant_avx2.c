@@ -127,6 +127,59 @@ static void vec_dot_q5_0(int64_t n, float *out, const void *w, const void *a) {
     *out = hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* ---- the same three, one weight row against four activation rows (vec_dot_x4) ----
+ * Per column exactly the single kernel: block i goes to accumulator i % 2 (the pairs loop puts even blocks
+ * in acc0, odd ones in acc1, an odd tail block in acc0), scale f16(x.d) * f16(y.d), then fma; the final
+ * hsum of acc0 + acc1. Only the weight unpacking and |x| are shared. */
+
+#define GM_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+float gm_f16_f32[1 << 16];
+
+/* f16(h) in all 8 lanes, by one broadcast load (the single kernels' set1(f16(x.d) * f16(y.d)) is the
+ * product of two of these: the same float multiply in every lane). */
+static inline __m256 f16_bcast(gm_f16 h) { return _mm256_broadcast_ss(&gm_f16_f32[h]); }
+
+/* One column's step for block i: acc += (f16(x.d) * f16(y.d)) * (int32 lanes of dot_i8(q, y.qs)). */
+GM_ALWAYS_INLINE void q32_col(__m256i ax, __m256i q, __m256 dx, const gm_block_q8_0 *y, __m256 *acc) {
+    const __m256i p = sum_pairs_i16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q)));
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, f16_bcast(y->d)), _mm256_cvtepi32_ps(p), *acc);
+}
+
+GM_ALWAYS_INLINE void q32_step(__m256i q, __m256 dx, const gm_block_q8_0 *const y[4], int64_t i, __m256 acc[4]) {
+    const __m256i ax = _mm256_sign_epi8(q, q);
+    q32_col(ax, q, dx, &y[0][i], &acc[0]);
+    q32_col(ax, q, dx, &y[1][i], &acc[1]);
+    q32_col(ax, q, dx, &y[2][i], &acc[2]);
+    q32_col(ax, q, dx, &y[3][i], &acc[3]);
+}
+
+static inline __m256i q8_0_values(const gm_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+static inline __m256i q4_0_values(const gm_block_q4_0 *b) {
+    return _mm256_sub_epi8(unpack_nibbles32(b->qs), _mm256_set1_epi8(8));
+}
+
+#define GM_Q32_DOT_X4(name, BT, VALUES)                                                                  \
+    static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
+        const BT *x = w;                                                                               \
+        const gm_block_q8_0 *const y[4] = {a[0], a[1], a[2], a[3]};                                    \
+        const int64_t nb = n / GM_QK;                                                                  \
+        __m256 acc0[4], acc1[4];                                                                       \
+        for (int c = 0; c < 4; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();                           \
+        int64_t i = 0;                                                                                 \
+        for (; i + 1 < nb; i += 2) {                                                                   \
+            q32_step(VALUES(&x[i]), f16_bcast(x[i].d), y, i, acc0);                                    \
+            q32_step(VALUES(&x[i + 1]), f16_bcast(x[i + 1].d), y, i + 1, acc1);                        \
+        }                                                                                              \
+        for (; i < nb; ++i) q32_step(VALUES(&x[i]), f16_bcast(x[i].d), y, i, acc0);                    \
+        for (int c = 0; c < 4; ++c) out[c] = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));                 \
+    }
+
+GM_Q32_DOT_X4(vec_dot_x4_q8_0, gm_block_q8_0, q8_0_values)
+GM_Q32_DOT_X4(vec_dot_x4_q4_0, gm_block_q4_0, q4_0_values)
+GM_Q32_DOT_X4(vec_dot_x4_q5_0, gm_block_q5_0, q5_0_values)
+#undef GM_Q32_DOT_X4
+
 /* ---- q4_1 / q5_1 with q8_1: unsigned values times signed activations, plus the min term m * s ---- */
 
 static void vec_dot_q4_1(int64_t n, float *out, const void *w, const void *a) {
@@ -156,6 +209,41 @@ static void vec_dot_q5_1(int64_t n, float *out, const void *w, const void *a) {
     }
     *out = hsum_ps(acc) + summ;
 }
+
+/* Four columns of q4_1 / q5_1: per column acc (fma of f16(x.d) * f16(y.d)) and summ (+= f16(x.m) * f16(y.s),
+ * written as the single kernel writes it, so any contraction the compiler applies is the same). */
+GM_ALWAYS_INLINE void q41_col(__m256i q, float xd, float xm, const gm_block_q8_1 *y, __m256 *acc, float *summ) {
+    const __m256i p = sum_pairs_i16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)y->qs)));
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(xd * f16(y->d)), _mm256_cvtepi32_ps(p), *acc);
+    *summ += xm * f16(y->s);
+}
+
+static inline __m256i q4_1_values(const gm_block_q4_1 *b) { return unpack_nibbles32(b->qs); }
+static inline __m256i q5_1_values(const gm_block_q5_1 *b) {
+    return _mm256_or_si256(unpack_nibbles32(b->qs), _mm256_and_si256(expand_bits32(b->qh), _mm256_set1_epi8(0x10)));
+}
+
+#define GM_Q41_DOT_X4(name, BT, VALUES)                                                                  \
+    static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
+        const BT *x = w;                                                                               \
+        const gm_block_q8_1 *const y[4] = {a[0], a[1], a[2], a[3]};                                    \
+        __m256 acc[4];                                                                                 \
+        float summ[4] = {0, 0, 0, 0};                                                                  \
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();                                      \
+        for (int64_t i = 0; i < n / GM_QK; ++i) {                                                      \
+            const __m256i q = VALUES(&x[i]);                                                           \
+            const float xd = f16(x[i].d), xm = f16(x[i].m);                                            \
+            q41_col(q, xd, xm, &y[0][i], &acc[0], &summ[0]);                                           \
+            q41_col(q, xd, xm, &y[1][i], &acc[1], &summ[1]);                                           \
+            q41_col(q, xd, xm, &y[2][i], &acc[2], &summ[2]);                                           \
+            q41_col(q, xd, xm, &y[3][i], &acc[3], &summ[3]);                                           \
+        }                                                                                              \
+        for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) + summ[c];                                \
+    }
+
+GM_Q41_DOT_X4(vec_dot_x4_q4_1, gm_block_q4_1, q4_1_values)
+GM_Q41_DOT_X4(vec_dot_x4_q5_1, gm_block_q5_1, q5_1_values)
+#undef GM_Q41_DOT_X4
 
 /* ---- K-quants with q8_K ---- */
 
@@ -238,6 +326,87 @@ static void vec_dot_q5_K(int64_t n, float *out, const void *w, const void *a) {
     *out = hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
+/* Four columns of q4_K: per column the single kernel's acc / acc_m and its block sum sumi (the same int32
+ * lanes: integer sums are exact, so only the float steps need the single kernel's order). */
+GM_ALWAYS_INLINE void q4_K_col_group(__m256i lo, __m256i hi, __m256i sl, __m256i sh, const int8_t *q8, __m256i *sumi) {
+    const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8)));
+    const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32))));
+    *sumi = _mm256_add_epi32(*sumi, _mm256_add_epi32(pl, ph));
+}
+
+/* The float steps of one q4_K / q5_K block for one column, as the single kernels do them. */
+GM_ALWAYS_INLINE void k4_col_finish(float xd, float xdmin, const uint8_t sm[16], const gm_block_q8_K *y, __m256i sumi,
+                                    __m256 *acc, __m128 *acc_m) {
+    const float d = xd * y->d, dmin = xdmin * y->d;
+    *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_term(sm, y->bsums)), *acc_m);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
+}
+
+static void vec_dot_x4_q4_K(int64_t n, float out[4], const void *w, const void *const a[4]) {
+    const gm_block_q4_K *x = w;
+    const gm_block_q8_K *const y[4] = {a[0], a[1], a[2], a[3]};
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4];
+    __m128 acc_m[4];
+    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        uint8_t sm[16];
+        gm_unpack_scales_k4(x[i].scales, sm);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int g = 0; g < 4; ++g) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * g));
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i sl = bcast_i16(sc, 2 * g), sh = bcast_i16(sc, 2 * g + 1);
+            q4_K_col_group(lo, hi, sl, sh, y[0][i].qs + 64 * g, &sumi[0]);
+            q4_K_col_group(lo, hi, sl, sh, y[1][i].qs + 64 * g, &sumi[1]);
+            q4_K_col_group(lo, hi, sl, sh, y[2][i].qs + 64 * g, &sumi[2]);
+            q4_K_col_group(lo, hi, sl, sh, y[3][i].qs + 64 * g, &sumi[3]);
+        }
+        const float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
+        k4_col_finish(xd, xdmin, sm, &y[0][i], sumi[0], &acc[0], &acc_m[0]);
+        k4_col_finish(xd, xdmin, sm, &y[1][i], sumi[1], &acc[1], &acc_m[1]);
+        k4_col_finish(xd, xdmin, sm, &y[2][i], sumi[2], &acc[2], &acc_m[2]);
+        k4_col_finish(xd, xdmin, sm, &y[3][i], sumi[3], &acc[3], &acc_m[3]);
+    }
+    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
+}
+
+static void vec_dot_x4_q5_K(int64_t n, float out[4], const void *w, const void *const a[4]) {
+    const gm_block_q5_K *x = w;
+    const gm_block_q8_K *const y[4] = {a[0], a[1], a[2], a[3]};
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1), m2 = _mm256_set1_epi8(2);
+    __m256 acc[4];
+    __m128 acc_m[4];
+    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        uint8_t sm[16];
+        gm_unpack_scales_k4(x[i].scales, sm);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int g = 0; g < 4; ++g) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * g));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(hbits, m2), 3));
+            hbits = _mm256_srli_epi16(hbits, 2);
+            const __m256i sl = bcast_i16(sc, 2 * g), sh = bcast_i16(sc, 2 * g + 1);
+            q4_K_col_group(lo, hi, sl, sh, y[0][i].qs + 64 * g, &sumi[0]);
+            q4_K_col_group(lo, hi, sl, sh, y[1][i].qs + 64 * g, &sumi[1]);
+            q4_K_col_group(lo, hi, sl, sh, y[2][i].qs + 64 * g, &sumi[2]);
+            q4_K_col_group(lo, hi, sl, sh, y[3][i].qs + 64 * g, &sumi[3]);
+        }
+        const float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
+        k4_col_finish(xd, xdmin, sm, &y[0][i], sumi[0], &acc[0], &acc_m[0]);
+        k4_col_finish(xd, xdmin, sm, &y[1][i], sumi[1], &acc[1], &acc_m[1]);
+        k4_col_finish(xd, xdmin, sm, &y[2][i], sumi[2], &acc[2], &acc_m[2]);
+        k4_col_finish(xd, xdmin, sm, &y[3][i], sumi[3], &acc[3], &acc_m[3]);
+    }
+    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
+}
+
 /* Scales of sub-blocks b and b+1 as 16 int16 lanes: 8 of scales[b], then 8 of scales[b+1]. */
 static inline __m256i q6_scale_pair(__m128i scales, int b) {
     const __m128i sel = _mm_set_epi64x((long long)(0x0101010101010101ULL * (uint64_t)(b + 1)),
@@ -283,6 +452,58 @@ static void vec_dot_q6_K(int64_t n, float *out, const void *w, const void *a) {
     *out = hsum_ps(acc);
 }
 
+/* Four columns of q6_K: the weight values and scale pairs of each half made once, the block sums per
+ * column as the single kernel makes them (same int32 lanes), then its float step. */
+GM_ALWAYS_INLINE void q6_K_col_half(const __m256i q[4], const __m256i sp[4], const int8_t *q8, __m256i *sumi) {
+    const __m256i p0 = _mm256_maddubs_epi16(q[0], _mm256_loadu_si256((const __m256i *)q8));
+    const __m256i p1 = _mm256_maddubs_epi16(q[1], _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+    const __m256i p2 = _mm256_maddubs_epi16(q[2], _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+    const __m256i p3 = _mm256_maddubs_epi16(q[3], _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+    const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(sp[0], p0), _mm256_madd_epi16(sp[1], p1));
+    const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(sp[2], p2), _mm256_madd_epi16(sp[3], p3));
+    *sumi = _mm256_add_epi32(*sumi, _mm256_add_epi32(s01, s23));
+}
+
+GM_ALWAYS_INLINE __m256i q6_K_col_offset(__m256i scales16, const gm_block_q8_K *y) {
+    const __m256i off = _mm256_madd_epi16(scales16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+}
+
+static void vec_dot_x4_q6_K(int64_t n, float out[4], const void *w, const void *const a[4]) {
+    const gm_block_q6_K *x = w;
+    const gm_block_q8_K *const y[4] = {a[0], a[1], a[2], a[3]};
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i m3_2 = _mm256_set1_epi8(3 << 2), m3_4 = _mm256_set1_epi8(3 << 4);
+    __m256 acc[4];
+    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / GM_QK_K; ++i) {
+        const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+        __m256i sumi[4];
+        for (int c = 0; c < 4; ++c) sumi[c] = q6_K_col_offset(scales16, &y[c][i]);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(b2, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m3_2), 2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), _mm256_and_si256(bh, m3_4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4), _mm256_and_si256(_mm256_srli_epi16(bh, 2), m3_4))};
+            const __m256i sp[4] = {q6_scale_pair(scales, 8 * h + 0), q6_scale_pair(scales, 8 * h + 2),
+                                   q6_scale_pair(scales, 8 * h + 4), q6_scale_pair(scales, 8 * h + 6)};
+            q6_K_col_half(q, sp, y[0][i].qs + 128 * h, &sumi[0]);
+            q6_K_col_half(q, sp, y[1][i].qs + 128 * h, &sumi[1]);
+            q6_K_col_half(q, sp, y[2][i].qs + 128 * h, &sumi[2]);
+            q6_K_col_half(q, sp, y[3][i].qs + 128 * h, &sumi[3]);
+        }
+        const float xd = f16(x[i].d);
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]);
+}
+
 /* ---- float types: four accumulators of 8, scalar tail ---- */
 
 static inline __m256 load_bf16x8(const gm_bf16 *p) {
@@ -309,11 +530,53 @@ static inline __m256 load_f16x8(const gm_f16 *p) { return _mm256_cvtph_ps(_mm_lo
         *out = sum;                                                                                    \
     }
 
+/* Four columns, two at a time (eight accumulators fit the 16 registers): per column the single kernel's
+ * four accumulators, tail and scalar tail, the weights loaded and converted once per pair of columns. */
+#define GM_FLOAT_DOT_X4(name, T, LOAD, SCALAR)                                                           \
+    static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
+        const T *x = w;                                                                                \
+        for (int c = 0; c < 4; c += 2) {                                                               \
+            const T *y0 = a[c], *y1 = a[c + 1];                                                        \
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                 \
+            __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;                                                  \
+            int64_t i = 0;                                                                             \
+            for (; i + 32 <= n; i += 32) {                                                             \
+                const __m256 w0 = LOAD(x + i), w1 = LOAD(x + i + 8);                                   \
+                const __m256 w2 = LOAD(x + i + 16), w3 = LOAD(x + i + 24);                             \
+                s0 = _mm256_fmadd_ps(w0, LOAD(y0 + i), s0);                                            \
+                s1 = _mm256_fmadd_ps(w1, LOAD(y0 + i + 8), s1);                                        \
+                s2 = _mm256_fmadd_ps(w2, LOAD(y0 + i + 16), s2);                                       \
+                s3 = _mm256_fmadd_ps(w3, LOAD(y0 + i + 24), s3);                                       \
+                t0 = _mm256_fmadd_ps(w0, LOAD(y1 + i), t0);                                            \
+                t1 = _mm256_fmadd_ps(w1, LOAD(y1 + i + 8), t1);                                        \
+                t2 = _mm256_fmadd_ps(w2, LOAD(y1 + i + 16), t2);                                       \
+                t3 = _mm256_fmadd_ps(w3, LOAD(y1 + i + 24), t3);                                       \
+            }                                                                                          \
+            for (; i + 8 <= n; i += 8) {                                                               \
+                const __m256 w0 = LOAD(x + i);                                                         \
+                s0 = _mm256_fmadd_ps(w0, LOAD(y0 + i), s0);                                            \
+                t0 = _mm256_fmadd_ps(w0, LOAD(y1 + i), t0);                                            \
+            }                                                                                          \
+            float sum0 = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));         \
+            float sum1 = hsum_ps(_mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));         \
+            for (; i < n; ++i) {                                                                       \
+                sum0 += SCALAR(x[i]) * SCALAR(y0[i]);                                                  \
+                sum1 += SCALAR(x[i]) * SCALAR(y1[i]);                                                  \
+            }                                                                                          \
+            out[c] = sum0;                                                                             \
+            out[c + 1] = sum1;                                                                         \
+        }                                                                                              \
+    }
+
 static inline float f32_id(float v) { return v; }
 GM_FLOAT_DOT(vec_dot_f32, float, _mm256_loadu_ps, f32_id)
 GM_FLOAT_DOT(vec_dot_f16, gm_f16, load_f16x8, f16)
 GM_FLOAT_DOT(vec_dot_bf16, gm_bf16, load_bf16x8, gm_bf16_to_f32)
+GM_FLOAT_DOT_X4(vec_dot_x4_f32, float, _mm256_loadu_ps, f32_id)
+GM_FLOAT_DOT_X4(vec_dot_x4_f16, gm_f16, load_f16x8, f16)
+GM_FLOAT_DOT_X4(vec_dot_x4_bf16, gm_bf16, load_bf16x8, gm_bf16_to_f32)
 #undef GM_FLOAT_DOT
+#undef GM_FLOAT_DOT_X4
 
 /* ---- activation quantizers, byte-identical to the reference ---- */
 
@@ -492,6 +755,7 @@ static void dequantize_bf16(const void *src, float *dst, int64_t n) {
 }
 
 void gm_quant_fill_avx2(gm_type_cpu tab[GM_TYPE_COUNT]) {
+    for (uint32_t h = 0; h < (1u << 16); ++h) gm_f16_f32[h] = f16((gm_f16)h);
     tab[GM_TYPE_F32].vec_dot = vec_dot_f32;
     tab[GM_TYPE_F16] = (gm_type_cpu){.dequantize = dequantize_f16, .quantize = quantize_f16, .vec_dot = vec_dot_f16};
     tab[GM_TYPE_BF16].dequantize = dequantize_bf16;
@@ -508,4 +772,16 @@ void gm_quant_fill_avx2(gm_type_cpu tab[GM_TYPE_COUNT]) {
     tab[GM_TYPE_Q6_K].dequantize = dequantize_q6_K;
     tab[GM_TYPE_Q6_K].vec_dot = vec_dot_q6_K;
     tab[GM_TYPE_Q8_K].quantize = quantize_q8_K;
+    /* after the struct assignments above, which would clear them */
+    tab[GM_TYPE_F32].vec_dot_x4 = vec_dot_x4_f32;
+    tab[GM_TYPE_F16].vec_dot_x4 = vec_dot_x4_f16;
+    tab[GM_TYPE_BF16].vec_dot_x4 = vec_dot_x4_bf16;
+    tab[GM_TYPE_Q4_0].vec_dot_x4 = vec_dot_x4_q4_0;
+    tab[GM_TYPE_Q4_1].vec_dot_x4 = vec_dot_x4_q4_1;
+    tab[GM_TYPE_Q5_0].vec_dot_x4 = vec_dot_x4_q5_0;
+    tab[GM_TYPE_Q5_1].vec_dot_x4 = vec_dot_x4_q5_1;
+    tab[GM_TYPE_Q8_0].vec_dot_x4 = vec_dot_x4_q8_0;
+    tab[GM_TYPE_Q4_K].vec_dot_x4 = vec_dot_x4_q4_K;
+    tab[GM_TYPE_Q5_K].vec_dot_x4 = vec_dot_x4_q5_K;
+    tab[GM_TYPE_Q6_K].vec_dot_x4 = vec_dot_x4_q6_K;
 }

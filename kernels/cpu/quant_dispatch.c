@@ -1,6 +1,7 @@
 /* quant_dispatch.c: picks the fast CPU kernels of each tensor element type once per process: detects the
  * ISA (lowered by GEMMAC_ISA=scalar|avx2|avx512) and builds one table per ISA, the reference filling every
- * entry a SIMD file leaves empty. Kernel bodies live in quant_avx2.c / quant_avx512.c and kernels/ref. */
+ * entry a SIMD file leaves empty (but vec_dot_x4, which stays NULL: callers then use vec_dot per column).
+ * AVX-512 tables take the VNNI x4 kernels where the CPU has them (GEMMAC_VNNI=0 keeps the others). Kernel bodies live in quant_avx2.c / quant_avx512.c and kernels/ref. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,11 @@ static void init_once(void) {
         gm_type_cpu *tab = g_tables[isa];
 #ifdef GM_X86
         if (isa >= GM_ISA_AVX2 && isa <= (int)g_hw_isa) gm_quant_fill_avx2(tab);
-        if (isa >= GM_ISA_AVX512 && isa <= (int)g_hw_isa) gm_quant_fill_avx512(tab);
+        if (isa >= GM_ISA_AVX512 && isa <= (int)g_hw_isa) {
+            gm_quant_fill_avx512(tab);
+            const char *vnni = getenv("GEMMAC_VNNI"); /* "0": keep the AVX-512 kernels without VNNI (tests) */
+            if (__builtin_cpu_supports("avx512vnni") && !(vnni && strcmp(vnni, "0") == 0)) gm_quant_fill_avx512_vnni(tab);
+        }
 #endif
         for (int t = 0; t < GM_TYPE_COUNT; ++t) {
             const gm_type_traits *tr = gm_type_traits_of(t);

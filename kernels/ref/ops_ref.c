@@ -36,6 +36,15 @@ void gm_ref_softcap(float *z, int64_t n, float c) {
     for (int64_t i = 0; i < n; i++) z[i] = c * tanhf(z[i] / c);
 }
 
+float gm_ref_softmax_exp(float *scores, int n, float max) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        scores[i] = expf(scores[i] - max);
+        sum += scores[i];
+    }
+    return sum > 0 ? (float)(1.0 / sum) : 0.0f;
+}
+
 void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
                            float *scores, float *out) {
     float max = -INFINITY;
@@ -46,12 +55,7 @@ void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 
         scores[i] = s;
         if (s > max) max = s;
     }
-    double sum = 0.0;
-    for (int i = 0; i < n_keys; i++) {
-        scores[i] = expf(scores[i] - max);
-        sum += scores[i];
-    }
-    const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    const float inv = gm_ref_softmax_exp(scores, n_keys, max);
     for (int j = 0; j < D; j++) out[j] = 0.0f;
     for (int i = 0; i < n_keys; i++) {
         const gm_f16 *vi = v[i];

@@ -22,6 +22,10 @@ float gm_ref_gelu_tanh(float x);
 /* z = c·tanh(z/c) over n values. */
 void gm_ref_softcap(float *z, int64_t n, float c);
 
+/* The softmax's middle step, shared by every attention kernel: scores[i] = exp(scores[i] - max) in place;
+ * returns 1 / sum (sum in double; 0 when the sum is 0). */
+float gm_ref_softmax_exp(float *scores, int n, float max);
+
 /* One query head against n_keys cached keys/values (f16 rows of D values; k[i], v[i] point at them):
  * out = softmax(q·k_i) · v_i, with the softmax in float (q is already scaled). scores: scratch [n_keys]. */
 void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,

@@ -32,6 +32,7 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
     gm_error err = {0};
     gemmac_status st = GEMMAC_OK;
     gemmac_ctx *c = NULL;
+    if (out) *out = NULL;
     if (!model || !out) {
         st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "model and output handle are required");
         goto fail;
@@ -166,7 +167,7 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
         gm_forward_args fa = {
             .model = c->model, .backend = c->backend, .kv = c->kv, .n_tokens = n,
             .token = bt->token + i0, .pos = bt->pos + i0, .seq = bt->seq_id + i0,
-            .n_out = nc_out, .out_rows = c->out_rows, .logits = c->logits + (int64_t)row * V,
+            .n_out = nc_out, .out_rows = c->out_rows, .logits = c->logits ? c->logits + (int64_t)row * V : NULL,
             .scratch = c->scratch,
         };
         st = c->model->arch->forward(&fa, &c->err);

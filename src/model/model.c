@@ -13,7 +13,7 @@
 static const gm_arch_impl *const g_archs[] = {&gm_arch_gemma3};
 
 gemmac_model_params gemmac_model_default_params(void) {
-    gemmac_model_params p = {.progress = NULL, .progress_user_data = NULL, .use_mmap = true};
+    gemmac_model_params p = {.progress = NULL, .progress_user_data = NULL};
     return p;
 }
 
@@ -133,7 +133,12 @@ aborted:
     st = gm_fail(&err, GEMMAC_ERR_ABORTED, "loading aborted by the progress callback");
 done:
     gemmac_model_free(m);
-    if (errbuf && err_size) snprintf(errbuf, err_size, "%s", err.msg[0] ? err.msg : gemmac_status_str(st));
+    if (errbuf && err_size) {
+        const char *msg = err.msg[0] ? err.msg : gemmac_status_str(st);
+        const size_t plen = path ? strlen(path) : 0;
+        if (path && strncmp(msg, path, plen) != 0) snprintf(errbuf, err_size, "%s: %s", path, msg);
+        else snprintf(errbuf, err_size, "%s", msg);
+    }
     return st;
 }
 
@@ -229,24 +234,43 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
               gm_tokenizer_kind(m->tok) == GM_TOK_SPM ? "sentencepiece (llama)" : "bpe (gemma4)",
               gm_tokenizer_n_tokens(m->tok), gm_tokenizer_bos(m->tok), gm_tokenizer_eos(m->tok),
               gm_tokenizer_eot(m->tok));
+    /* One sequence, batches of 512 (the ring of a sliding layer is window + batch). Sliding layers stop
+     * growing at their ring; full-attention layers grow with the context. */
     const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, 512);
-    const uint64_t kv1k = gm_kv_cache_bytes(hp, 1024, 1, 0);
-    sb_printf(&b, "memory plan       weights %.2f MiB (mapped), KV cache %.2f MiB for %d tokens (f16; "
-                  "%.2f MiB per 1K tokens of full-attention context)\n",
-              m->weight_bytes / 1048576.0, kv / 1048576.0, n_ctx, kv1k / 1048576.0);
+    const uint64_t kv_more = gm_kv_cache_bytes(hp, n_ctx + 1024, 1, 512) - kv;
+    sb_printf(&b, "memory plan       weights %.2f MiB (mapped, not copied)\n", m->weight_bytes / 1048576.0);
+    sb_printf(&b, "                  KV cache %.2f MiB for %d tokens of one sequence (f16), +%.2f MiB per 1K more\n",
+              kv / 1048576.0, n_ctx, kv_more / 1048576.0);
+    sb_printf(&b, "                  activations %.2f MiB for batches of 512 tokens\n",
+              gm_scratch_bytes(m, 512) / 1048576.0);
     return b.len;
+}
+
+/* The widest per-token activation rows over all layers. */
+static void max_widths(const gm_hparams *hp, int64_t *qd, int64_t *kvd, int64_t *ff) {
+    *qd = *kvd = *ff = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const gm_layer_hparams *l = &hp->layer[il];
+        if ((int64_t)l->n_head * l->head_dim > *qd) *qd = (int64_t)l->n_head * l->head_dim;
+        if ((int64_t)l->n_head_kv * l->head_dim > *kvd) *kvd = (int64_t)l->n_head_kv * l->head_dim;
+        if (l->n_ff > *ff) *ff = l->n_ff;
+    }
+}
+
+uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch) {
+    const gm_hparams *hp = &m->hp;
+    int64_t qd, kvd, ff;
+    max_widths(hp, &qd, &kvd, &ff);
+    const uint64_t per_token = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)qd + 2 * (uint64_t)kvd + 2 * (uint64_t)ff;
+    const uint64_t fixed = (uint64_t)GM_LOGITS_CHUNK * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
+    return sizeof(float) * (per_token * (uint64_t)n_batch + fixed);
 }
 
 gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_batch, gm_scratch **out, gm_error *err) {
     *out = NULL;
     const gm_hparams *hp = &m->hp;
-    int64_t qd = 0, kvd = 0, ff = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const gm_layer_hparams *l = &hp->layer[il];
-        if ((int64_t)l->n_head * l->head_dim > qd) qd = (int64_t)l->n_head * l->head_dim;
-        if ((int64_t)l->n_head_kv * l->head_dim > kvd) kvd = (int64_t)l->n_head_kv * l->head_dim;
-        if (l->n_ff > ff) ff = l->n_ff;
-    }
+    int64_t qd, kvd, ff;
+    max_widths(hp, &qd, &kvd, &ff);
     gm_scratch *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory");
     s->n_batch = n_batch;

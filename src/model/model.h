@@ -49,6 +49,8 @@ typedef struct gm_scratch {
 
 gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_batch, gm_scratch **out, gm_error *err);
 void gm_scratch_free(gm_scratch *s, gm_backend *b);
+/* Bytes gm_scratch_new allocates for n_batch tokens (the memory plan). */
+uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch);
 
 /* One forward call over a batch already validated and placed in the cache by the context. */
 typedef struct gm_forward_args {

@@ -62,10 +62,17 @@ static inline uint64_t gm_row_bytes(const gm_type_traits *t, int64_t n) {
 /* ---- Fast CPU kernels (kernels/cpu), chosen once at run time ---- */
 typedef enum gm_isa { GM_ISA_SCALAR = 0, GM_ISA_AVX2 = 1, GM_ISA_AVX512 = 2 } gm_isa;
 
+/* out[c] = dot(w, a[c]) for c = 0..3: one weight row against four activation rows (each a row of the
+ * vec_dot_type), every weight block unpacked once for the four. out[c] is BIT-IDENTICAL to what the same
+ * table's vec_dot gives for a[c] alone (same integer block sums, same float operations in the same order
+ * per column), so a token's result never depends on which tokens share its batch. */
+typedef void (*gm_vec_dot_nc_fn)(int64_t n, float out[4], const void *w, const void *const a[4]);
+
 typedef struct gm_type_cpu {
     gm_dequantize_fn dequantize;
     gm_quantize_fn quantize;       /* activation quantizer: same bytes as the traits' quantize_act */
     gm_vec_dot_fn vec_dot;
+    gm_vec_dot_nc_fn vec_dot_x4;   /* NULL: none for this type and ISA, call vec_dot per column */
 } gm_type_cpu;
 
 /* The best ISA this CPU runs (honours the environment variable GEMMAC_ISA=scalar|avx2|avx512 to go lower). */
@@ -125,5 +132,11 @@ void gm_quantize_q8_K_ref(const float *src, void *dst, int64_t n);
  * Each fills the entries of tab[type] it has a kernel for and leaves the others untouched. */
 void gm_quant_fill_avx2(gm_type_cpu tab[GM_TYPE_COUNT]);
 void gm_quant_fill_avx512(gm_type_cpu tab[GM_TYPE_COUNT]);
+/* Replaces entries of an AVX-512 table with kernels that also use AVX512-VNNI (same results bit for bit);
+ * the dispatcher calls it after gm_quant_fill_avx512 on CPUs that have VNNI (unless GEMMAC_VNNI=0). */
+void gm_quant_fill_avx512_vnni(gm_type_cpu tab[GM_TYPE_COUNT]);
+/* Every f16 bit pattern as f32, as F16C converts it (exactly), so that kernels broadcast a block's scale
+ * straight from memory. Filled by gm_quant_fill_avx2, which the dispatcher runs before any kernel. */
+extern float gm_f16_f32[1 << 16];
 
 #endif

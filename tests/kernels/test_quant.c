@@ -434,6 +434,58 @@ static void test_fast_vec_dot(void **state) {
     }
 }
 
+/* vec_dot_x4 is BIT-IDENTICAL per column to the same table's vec_dot: the engine relies on it so that a
+ * token's logits do not depend on which tokens share its batch. Random blocks with every edge mode, four
+ * different activation rows (one all zero, sometimes two the same pointer), every row length; memcmp, no
+ * tolerance. Also: every ISA above scalar has an x4 for each weight type (prefill speed depends on it). */
+static void test_vec_dot_x4_bitwise(void **state) {
+    (void)state;
+    rng_t r = {7};
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ++ti) {
+        const gm_type t = k_weight_types[ti];
+        const gm_type_traits *tr = gm_type_traits_of(t);
+        for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; ++isa) {
+            const gm_type_cpu *k = gm_cpu_kernels_isa(t, (gm_isa)isa);
+            if (k) assert_non_null(k->vec_dot_x4);
+        }
+        for (int li = 0; li < N_ROW_LENS; ++li) {
+            for (int rep = 0; rep < 6; ++rep) {
+                const int64_t n = row_len(t, li), nb = n / tr->block_size;
+                void *w = xmalloc(gm_row_bytes(tr, n));
+                fill_weights(t, w, tr->block_size == 1 ? n : nb, &r, li + 5 * rep);
+                float *act = xmalloc((size_t)n * 4);
+                void *aq[4];
+                for (int c = 0; c < 4; ++c) {
+                    fill_acts(act, n, &r);
+                    if (c == 3 && rep % 2 == 1) memset(act, 0, (size_t)n * 4);
+                    if (c == 1 && rep % 3 == 2) /* large activations: big int32 block sums */
+                        for (int64_t j = 0; j < n; ++j) act[j] = (j & 1 ? 1.0f : -1.0f) * (float)(1 + j % 3);
+                    aq[c] = quantize_acts(t, act, n);
+                }
+                const void *const cols[4] = {aq[0], aq[1], rep == 4 ? aq[1] : aq[2], aq[3]};
+                for (int isa = GM_ISA_SCALAR; isa <= GM_ISA_AVX512; ++isa) {
+                    const gm_type_cpu *k = gm_cpu_kernels_isa(t, (gm_isa)isa);
+                    if (!k || !k->vec_dot_x4) continue;
+                    float got[4], want[4];
+                    memset(got, 0xA5, sizeof got); /* so an output the kernel never writes cannot match */
+                    for (int c = 0; c < 4; ++c) k->vec_dot(n, &want[c], w, cols[c]);
+                    k->vec_dot_x4(n, got, w, cols);
+                    for (int c = 0; c < 4; ++c)
+                        if (memcmp(&got[c], &want[c], sizeof(float)) != 0)
+                            fail_msg("%s %s vec_dot_x4 n=%lld rep %d column %d: x4 %a, vec_dot %a", gm_isa_name((gm_isa)isa),
+                                     tr->name, (long long)n, rep, c, (double)got[c], (double)want[c]);
+                    ++checked;
+                }
+                for (int c = 0; c < 4; ++c) free(aq[c]);
+                free(w), free(act);
+            }
+        }
+    }
+    printf("  [ INFO ] vec_dot_x4: %d (type, ISA, row) cases bitwise equal\n", checked);
+    if (gm_cpu_isa() >= GM_ISA_AVX2) assert_true(checked > 0);
+}
+
 /* (d): the reference's integer path agrees with dot(dequantize(w), dequantize(quantize(a))) in double.
  * Same tolerance as above, plus for q4_1 / q5_1 the min term of ggml's q8_1 design: it uses the
  * activation sum s = d * sum(q) stored as f16 (relative error 2^-11) and computed with the unrounded d
@@ -643,6 +695,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_golden_gguf_py),
         cmocka_unit_test(test_fast_dequantize_exact),
         cmocka_unit_test(test_fast_vec_dot),
+        cmocka_unit_test(test_vec_dot_x4_bitwise),
         cmocka_unit_test(test_ref_vec_dot_definition),
         cmocka_unit_test(test_fast_quantize_exact),
         cmocka_unit_test(test_activation_quantizer_contract),

@@ -52,6 +52,7 @@ gm_tiny_opts gm_tiny_default_opts(void) {
     o.rope_scale = 1.0f;
     o.arch = "gemma3";
     o.retype = GM_TYPE_F32;
+    o.embd_amp = 1.0f;
     return o;
 }
 
@@ -190,7 +191,7 @@ gm_tiny *gm_tiny_new(const gm_tiny_opts *opts) {
     const int64_t H = t->n_embd, V = t->n_vocab, D = t->head_dim, F = t->n_ff;
     const int64_t qd = (int64_t)t->n_head * D, kvd = (int64_t)t->n_head_kv * D;
     uint64_t s = o.seed;
-    t->tok_embd = rand_vec(&s, (size_t)(V * H), 0.0f, 1.0f);
+    t->tok_embd = rand_vec(&s, (size_t)(V * H), 0.0f, o.embd_amp > 0 ? o.embd_amp : 1.0f);
     t->output_norm = rand_norm(&s, H);
     t->layer = xcalloc((size_t)(t->n_layer > 0 ? t->n_layer : 1), sizeof *t->layer);
     for (int32_t il = 0; il < t->n_layer; il++) {

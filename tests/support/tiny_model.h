@@ -36,6 +36,8 @@ typedef struct gm_tiny_opts {
     int32_t window;            /* gemma3.attention.sliding_window (5); 0: key absent (all layers full) */
     float rope_base;           /* gemma3.rope.freq_base of the full layers (1e6) */
     float rope_scale;          /* linear rope scaling factor of the full layers; <= 1: no scaling keys */
+    float embd_amp;            /* embeddings are uniform in [-amp, amp] (1). Tied embeddings make a random
+                                  model echo its last token; 0.1 lets the layers steer greedy decoding */
     const char *arch;          /* general.architecture ("gemma3"); the keys stay gemma3.* */
     const char *omit_tensor;   /* a tensor name to leave out, or NULL */
     const char *reshape_tensor;/* a tensor name stored with ne[0] + 32 (a wrong shape), or NULL */
