@@ -10,6 +10,7 @@ for cmd_pkg in cmake:cmake cc:gcc clang:clang python3:python3; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need_apt+=("${cmd_pkg##*:}")
 done
 [ -f /usr/include/cmocka.h ] || need_apt+=(libcmocka-dev)
+[ -f /usr/include/cjson/cJSON.h ] || need_apt+=(libcjson-dev)
 # clang's runtime for the sanitizers and libFuzzer
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,5 +1,6 @@
 /* quant_avx2.c: AVX2 + FMA + F16C kernels of the tensor element types: vec_dot of every weight type with
- * its vec_dot_type, the activation quantizers and the row dequantizers. Which one runs is decided in
+ * its vec_dot_type and its four-column form vec_dot_x4 (bit-identical per column), the activation
+ * quantizers and the row dequantizers. Which one runs is decided in
  * quant_dispatch.c; the specification is kernels/ref. */
 #include <immintrin.h>
 #include <string.h>
@@ -133,6 +134,8 @@ static void vec_dot_q5_0(int64_t n, float *out, const void *w, const void *a) {
  * hsum of acc0 + acc1. Only the weight unpacking and |x| are shared. */
 
 #define GM_ALWAYS_INLINE static inline __attribute__((always_inline))
+/* loops over the four columns unrolled, so that per-column arrays live in registers */
+#define GM_UNROLL4 _Pragma("GCC unroll 4")
 
 float gm_f16_f32[1 << 16];
 
@@ -159,20 +162,20 @@ static inline __m256i q4_0_values(const gm_block_q4_0 *b) {
     return _mm256_sub_epi8(unpack_nibbles32(b->qs), _mm256_set1_epi8(8));
 }
 
-#define GM_Q32_DOT_X4(name, BT, VALUES)                                                                  \
+#define GM_Q32_DOT_X4(name, BT, VALUES)                                                                \
     static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
         const BT *x = w;                                                                               \
         const gm_block_q8_0 *const y[4] = {a[0], a[1], a[2], a[3]};                                    \
         const int64_t nb = n / GM_QK;                                                                  \
         __m256 acc0[4], acc1[4];                                                                       \
-        for (int c = 0; c < 4; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();                           \
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();                \
         int64_t i = 0;                                                                                 \
         for (; i + 1 < nb; i += 2) {                                                                   \
             q32_step(VALUES(&x[i]), f16_bcast(x[i].d), y, i, acc0);                                    \
             q32_step(VALUES(&x[i + 1]), f16_bcast(x[i + 1].d), y, i + 1, acc1);                        \
         }                                                                                              \
         for (; i < nb; ++i) q32_step(VALUES(&x[i]), f16_bcast(x[i].d), y, i, acc0);                    \
-        for (int c = 0; c < 4; ++c) out[c] = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));                 \
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) out[c] = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));      \
     }
 
 GM_Q32_DOT_X4(vec_dot_x4_q8_0, gm_block_q8_0, q8_0_values)
@@ -223,13 +226,13 @@ static inline __m256i q5_1_values(const gm_block_q5_1 *b) {
     return _mm256_or_si256(unpack_nibbles32(b->qs), _mm256_and_si256(expand_bits32(b->qh), _mm256_set1_epi8(0x10)));
 }
 
-#define GM_Q41_DOT_X4(name, BT, VALUES)                                                                  \
+#define GM_Q41_DOT_X4(name, BT, VALUES)                                                                \
     static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
         const BT *x = w;                                                                               \
         const gm_block_q8_1 *const y[4] = {a[0], a[1], a[2], a[3]};                                    \
         __m256 acc[4];                                                                                 \
         float summ[4] = {0, 0, 0, 0};                                                                  \
-        for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();                                      \
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();                           \
         for (int64_t i = 0; i < n / GM_QK; ++i) {                                                      \
             const __m256i q = VALUES(&x[i]);                                                           \
             const float xd = f16(x[i].d), xm = f16(x[i].m);                                            \
@@ -238,7 +241,7 @@ static inline __m256i q5_1_values(const gm_block_q5_1 *b) {
             q41_col(q, xd, xm, &y[2][i], &acc[2], &summ[2]);                                           \
             q41_col(q, xd, xm, &y[3][i], &acc[3], &summ[3]);                                           \
         }                                                                                              \
-        for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) + summ[c];                                \
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) + summ[c];                     \
     }
 
 GM_Q41_DOT_X4(vec_dot_x4_q4_1, gm_block_q4_1, q4_1_values)
@@ -348,7 +351,7 @@ static void vec_dot_x4_q4_K(int64_t n, float out[4], const void *w, const void *
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[4];
     __m128 acc_m[4];
-    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / GM_QK_K; ++i) {
         uint8_t sm[16];
         gm_unpack_scales_k4(x[i].scales, sm);
@@ -370,7 +373,7 @@ static void vec_dot_x4_q4_K(int64_t n, float out[4], const void *w, const void *
         k4_col_finish(xd, xdmin, sm, &y[2][i], sumi[2], &acc[2], &acc_m[2]);
         k4_col_finish(xd, xdmin, sm, &y[3][i], sumi[3], &acc[3], &acc_m[3]);
     }
-    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
 }
 
 static void vec_dot_x4_q5_K(int64_t n, float out[4], const void *w, const void *const a[4]) {
@@ -379,7 +382,7 @@ static void vec_dot_x4_q5_K(int64_t n, float out[4], const void *w, const void *
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1), m2 = _mm256_set1_epi8(2);
     __m256 acc[4];
     __m128 acc_m[4];
-    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps(), acc_m[c] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / GM_QK_K; ++i) {
         uint8_t sm[16];
         gm_unpack_scales_k4(x[i].scales, sm);
@@ -404,7 +407,7 @@ static void vec_dot_x4_q5_K(int64_t n, float out[4], const void *w, const void *
         k4_col_finish(xd, xdmin, sm, &y[2][i], sumi[2], &acc[2], &acc_m[2]);
         k4_col_finish(xd, xdmin, sm, &y[3][i], sumi[3], &acc[3], &acc_m[3]);
     }
-    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]) - hsum_ps128(acc_m[c]);
 }
 
 /* Scales of sub-blocks b and b+1 as 16 int16 lanes: 8 of scales[b], then 8 of scales[b+1]. */
@@ -475,12 +478,12 @@ static void vec_dot_x4_q6_K(int64_t n, float out[4], const void *w, const void *
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     const __m256i m3_2 = _mm256_set1_epi8(3 << 2), m3_4 = _mm256_set1_epi8(3 << 4);
     __m256 acc[4];
-    for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / GM_QK_K; ++i) {
         const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
         __m256i sumi[4];
-        for (int c = 0; c < 4; ++c) sumi[c] = q6_K_col_offset(scales16, &y[c][i]);
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) sumi[c] = q6_K_col_offset(scales16, &y[c][i]);
         for (int h = 0; h < 2; ++h) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
             const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
@@ -499,9 +502,9 @@ static void vec_dot_x4_q6_K(int64_t n, float out[4], const void *w, const void *
             q6_K_col_half(q, sp, y[3][i].qs + 128 * h, &sumi[3]);
         }
         const float xd = f16(x[i].d);
-        for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        GM_UNROLL4 for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
-    for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]);
+    GM_UNROLL4 for (int c = 0; c < 4; ++c) out[c] = hsum_ps(acc[c]);
 }
 
 /* ---- float types: four accumulators of 8, scalar tail ---- */
@@ -532,13 +535,13 @@ static inline __m256 load_f16x8(const gm_f16 *p) { return _mm256_cvtph_ps(_mm_lo
 
 /* Four columns, two at a time (eight accumulators fit the 16 registers): per column the single kernel's
  * four accumulators, tail and scalar tail, the weights loaded and converted once per pair of columns. */
-#define GM_FLOAT_DOT_X4(name, T, LOAD, SCALAR)                                                           \
+#define GM_FLOAT_DOT_X4(name, T, LOAD, SCALAR)                                                         \
     static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
         const T *x = w;                                                                                \
         for (int c = 0; c < 4; c += 2) {                                                               \
             const T *y0 = a[c], *y1 = a[c + 1];                                                        \
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                 \
-            __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;                                                  \
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+            __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;                                                 \
             int64_t i = 0;                                                                             \
             for (; i + 32 <= n; i += 32) {                                                             \
                 const __m256 w0 = LOAD(x + i), w1 = LOAD(x + i + 8);                                   \

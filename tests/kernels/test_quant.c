@@ -482,8 +482,28 @@ static void test_vec_dot_x4_bitwise(void **state) {
             }
         }
     }
-    printf("  [ INFO ] vec_dot_x4: %d (type, ISA, row) cases bitwise equal\n", checked);
+    printf("  [ INFO ] vec_dot_x4: %d (type, ISA, row) cases bitwise equal%s\n", checked,
+           getenv("GEMMAC_VNNI") ? " (GEMMAC_VNNI=0)" : "");
     if (gm_cpu_isa() >= GM_ISA_AVX2) assert_true(checked > 0);
+}
+
+/* The AVX-512 table holds different x4 kernels with and without VNNI: the ones this CPU does not pick by
+ * default are checked in a child started with GEMMAC_VNNI=0 (the choice is made once per process). */
+static void test_vec_dot_x4_bitwise_novnni(void **state) {
+    (void)state;
+    if (gm_cpu_isa() < GM_ISA_AVX512) skip();
+    fflush(NULL);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("GEMMAC_VNNI", "0", 1);
+        execl("/proc/self/exe", "test_quant", "--x4-child", (char *)NULL);
+        _exit(3);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* (d): the reference's integer path agrees with dot(dequantize(w), dequantize(quantize(a))) in double.
@@ -688,6 +708,10 @@ static void test_round_trip(void **state) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--isa-child") == 0) return isa_child();
+    if (argc > 1 && strcmp(argv[1], "--x4-child") == 0) {
+        const struct CMUnitTest child[] = {cmocka_unit_test(test_vec_dot_x4_bitwise)};
+        return cmocka_run_group_tests_name("x4 child", child, NULL, NULL) ? 1 : 0;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_traits),
         cmocka_unit_test(test_dispatch),
@@ -696,6 +720,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fast_dequantize_exact),
         cmocka_unit_test(test_fast_vec_dot),
         cmocka_unit_test(test_vec_dot_x4_bitwise),
+        cmocka_unit_test(test_vec_dot_x4_bitwise_novnni),
         cmocka_unit_test(test_ref_vec_dot_definition),
         cmocka_unit_test(test_fast_quantize_exact),
         cmocka_unit_test(test_activation_quantizer_contract),
