@@ -16,7 +16,8 @@ typedef void (*attention_head_fn)(const float *q, const gm_f16 *const *k, const 
 
 typedef struct cpu_backend {
     gm_backend base;
-    attention_head_fn attention_head; /* the best kernel this CPU runs */
+    attention_head_fn attention_head; /* the best kernels this CPU runs */
+    void (*gelu_mul)(float *g, const float *u, int64_t n);
     gm_pool *pool;
     uint8_t *wdata;            /* quantized activations of the current matmul */
     size_t wdata_size;
@@ -229,16 +230,21 @@ typedef struct ew_ctx {
     float *g;
     const float *u;
     float c;
+    void (*c_fn)(float *g, const float *u, int64_t n);
 } ew_ctx;
+
+static void gelu_mul_ref(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = gm_ref_gelu_tanh(g[i]) * u[i];
+}
 
 static void gelu_mul_range(void *p, long b, long e, int ith) {
     (void)ith;
     ew_ctx *r = p;
-    for (long i = b; i < e; i++) r->g[i] = gm_ref_gelu_tanh(r->g[i]) * r->u[i];
+    r->c_fn(r->g + b, r->u + b, e - b);
 }
 
 static void cpu_gelu_mul(gm_backend *b, float *g, const float *u, int64_t n) {
-    ew_ctx r = {.g = g, .u = u};
+    ew_ctx r = {.g = g, .u = u, .c_fn = cpu(b)->gelu_mul};
     parallel_for(cpu(b), n, 4096, gelu_mul_range, &r);
 }
 
@@ -353,7 +359,9 @@ gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err)
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: out of memory");
     c->base.ops = &cpu_ops;
-    c->attention_head = gm_cpu_isa() >= GM_ISA_AVX2 ? gm_avx2_attention_head : gm_ref_attention_head;
+    const bool avx2 = gm_cpu_isa() >= GM_ISA_AVX2;
+    c->attention_head = avx2 ? gm_avx2_attention_head : gm_ref_attention_head;
+    c->gelu_mul = avx2 ? gm_avx2_gelu_mul : gelu_mul_ref;
     gemmac_status st = gm_pool_new(n_threads, &c->pool, err);
     if (st != GEMMAC_OK) {
         free(c);
