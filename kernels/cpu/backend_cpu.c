@@ -11,18 +11,21 @@
 #include "cpu/ops_cpu.h"
 #include "ref/ops_ref.h"
 
-typedef void (*attention_head_fn)(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
-                                  int D, float *scores, float *out);
+typedef void (*attention_group_fn)(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v,
+                                   int n_keys, int D, float *scores, float *out);
+
+/* Query heads of one KV head are attended together, at most this many per work item. */
+enum { ATTN_MAX_GROUP = 16 };
 
 typedef struct cpu_backend {
     gm_backend base;
-    attention_head_fn attention_head; /* the best kernels this CPU runs */
+    attention_group_fn attention_group; /* the best kernels this CPU runs */
     void (*gelu_mul)(float *g, const float *u, int64_t n);
     gm_pool *pool;
     uint8_t *wdata;            /* quantized activations of the current matmul */
     size_t wdata_size;
     int32_t attn_cap;          /* keys the per-thread attention scratch can hold */
-    float *attn_scores;        /* [n_threads][attn_cap] */
+    float *attn_scores;        /* [n_threads][ATTN_MAX_GROUP][attn_cap] */
     const gm_f16 **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
 } cpu_backend;
 
@@ -270,19 +273,28 @@ static void attn_range(void *p, long b, long e, int ith) {
     attn_ctx *x = p;
     const gm_attn_args *a = x->a;
     const int32_t D = a->head_dim, group = a->n_head / a->n_head_kv;
-    float *scores = x->c->attn_scores + (size_t)ith * x->c->attn_cap;
+    const int32_t chunks = (group + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
+    float *scores = x->c->attn_scores + (size_t)ith * ATTN_MAX_GROUP * x->c->attn_cap;
     const gm_f16 **krows = x->c->attn_rows + (size_t)ith * 2 * x->c->attn_cap;
     const gm_f16 **vrows = krows + x->c->attn_cap;
-    for (long i = b; i < e; i++) { /* i = token · n_head + head */
-        const int32_t t = (int32_t)(i / a->n_head), h = (int32_t)(i % a->n_head), kvh = h / group;
+    int32_t rows_for = -1; /* the (token, kv head) whose rows krows/vrows hold */
+    for (long i = b; i < e; i++) { /* i = (token · n_head_kv + kv head) · chunks + chunk */
+        const int32_t chunk = (int32_t)(i % chunks), tk = (int32_t)(i / chunks);
+        const int32_t t = tk / a->n_head_kv, kvh = tk % a->n_head_kv;
         const int32_t pos = a->pos[t], seq = a->seq[t];
         const int32_t lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
         const int n_keys = pos - lo + 1;
-        for (int j = 0; j < n_keys; j++) {
-            krows[j] = gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D;
-            vrows[j] = gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D;
+        if (rows_for != tk) {
+            for (int j = 0; j < n_keys; j++) {
+                krows[j] = gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D;
+                vrows[j] = gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D;
+            }
+            rows_for = tk;
         }
-        x->c->attention_head(a->q + i * D, krows, vrows, n_keys, D, scores, a->out + i * D);
+        const int32_t h0 = kvh * group + chunk * ATTN_MAX_GROUP;
+        const int32_t G = group - chunk * ATTN_MAX_GROUP < ATTN_MAX_GROUP ? group - chunk * ATTN_MAX_GROUP : ATTN_MAX_GROUP;
+        const size_t off = ((size_t)t * a->n_head + h0) * D;
+        x->c->attention_group(a->q + off, G, krows, vrows, n_keys, D, scores, a->out + off);
     }
 }
 
@@ -300,7 +312,9 @@ static void cpu_attention(gm_backend *b, const gm_attn_args *a) {
             }
         }
     attn_ctx x = {c, a, l};
-    parallel_for(c, (long)a->n_tokens * a->n_head, 1, attn_range, &x);
+    const int32_t group = a->n_head / a->n_head_kv;
+    const long chunks = (group + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
+    parallel_for(c, (long)a->n_tokens * a->n_head_kv * chunks, 1, attn_range, &x);
 }
 
 /* ---- lifetime ---- */
@@ -316,7 +330,7 @@ static gemmac_status cpu_reserve(gm_backend *b, int32_t n_tokens, int64_t max_ro
     }
     if (max_keys > c->attn_cap) {
         const size_t nth = (size_t)gm_pool_size(c->pool);
-        float *s = realloc(c->attn_scores, sizeof(float) * nth * (size_t)max_keys);
+        float *s = realloc(c->attn_scores, sizeof(float) * nth * ATTN_MAX_GROUP * (size_t)max_keys);
         if (s) c->attn_scores = s;
         const gm_f16 **r = realloc(c->attn_rows, sizeof(*r) * 2 * nth * (size_t)max_keys);
         if (r) c->attn_rows = r;
@@ -360,7 +374,7 @@ gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err)
     if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: out of memory");
     c->base.ops = &cpu_ops;
     const bool avx2 = gm_cpu_isa() >= GM_ISA_AVX2;
-    c->attention_head = avx2 ? gm_avx2_attention_head : gm_ref_attention_head;
+    c->attention_group = avx2 ? gm_avx2_attention_group : gm_ref_attention_group;
     c->gelu_mul = avx2 ? gm_avx2_gelu_mul : gelu_mul_ref;
     gemmac_status st = gm_pool_new(n_threads, &c->pool, err);
     if (st != GEMMAC_OK) {

@@ -48,6 +48,58 @@ void gm_avx2_attention_head(const float *q, const gm_f16 *const *k, const gm_f16
     }
 }
 
+/* Four heads against the same keys and values; D a multiple of 8. */
+static void attention4(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
+                       float *scores, float *out) {
+    float max[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    const float *q0 = q, *q1 = q + D, *q2 = q + 2 * D, *q3 = q + 3 * D;
+    for (int i = 0; i < n_keys; i++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        const gm_f16 *ki = k[i];
+        for (int j = 0; j < D; j += 8) {
+            const __m256 kv = load_f16x8(ki + j);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), kv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + j), kv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + j), kv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + j), kv, a3);
+        }
+        const float s[4] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)};
+        for (int g = 0; g < 4; g++) {
+            scores[g * n_keys + i] = s[g];
+            if (s[g] > max[g]) max[g] = s[g];
+        }
+    }
+    for (int g = 0; g < 4; g++) {
+        float *sg = scores + g * n_keys;
+        const float inv = gm_ref_softmax_exp(sg, n_keys, max[g]);
+        for (int i = 0; i < n_keys; i++) sg[i] *= inv;
+    }
+    for (int j = 0; j < D; j += 8) {
+        __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps(), o2 = _mm256_setzero_ps(), o3 = _mm256_setzero_ps();
+        for (int i = 0; i < n_keys; i++) {
+            const __m256 vv = load_f16x8(v[i] + j);
+            o0 = _mm256_fmadd_ps(_mm256_set1_ps(scores[i]), vv, o0);
+            o1 = _mm256_fmadd_ps(_mm256_set1_ps(scores[n_keys + i]), vv, o1);
+            o2 = _mm256_fmadd_ps(_mm256_set1_ps(scores[2 * n_keys + i]), vv, o2);
+            o3 = _mm256_fmadd_ps(_mm256_set1_ps(scores[3 * n_keys + i]), vv, o3);
+        }
+        _mm256_storeu_ps(out + j, o0);
+        _mm256_storeu_ps(out + D + j, o1);
+        _mm256_storeu_ps(out + 2 * D + j, o2);
+        _mm256_storeu_ps(out + 3 * D + j, o3);
+    }
+}
+
+void gm_avx2_attention_group(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
+                             int D, float *scores, float *out) {
+    int g = 0;
+    if (D % 8 == 0)
+        for (; g + 4 <= G; g += 4)
+            attention4(q + (size_t)g * D, k, v, n_keys, D, scores + (size_t)g * n_keys, out + (size_t)g * D);
+    for (; g < G; g++)
+        gm_avx2_attention_head(q + (size_t)g * D, k, v, n_keys, D, scores + (size_t)g * n_keys, out + (size_t)g * D);
+}
+
 /* e^x for x in [-87, 87] (callers clamp): Cody-Waite range reduction by ln 2 and a degree-6 polynomial
  * (the Cephes coefficients), ~2 ulp. */
 static inline __m256 exp8(__m256 x) {

@@ -11,6 +11,11 @@
 void gm_avx2_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
                             float *scores, float *out);
 
+/* As gm_ref_attention_group: heads of a group four at a time, so each f16 key and value row is loaded and
+ * converted once for all of them. */
+void gm_avx2_attention_group(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
+                             int D, float *scores, float *out);
+
 /* g = gelu_tanh(g) ⊙ u over n values (AVX2 + FMA); within a few ulp of gm_ref_gelu_tanh. */
 void gm_avx2_gelu_mul(float *g, const float *u, int64_t n);
 

@@ -63,3 +63,9 @@ void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 
         for (int j = 0; j < D; j++) out[j] += p * gm_f16_to_f32(vi[j]);
     }
 }
+
+void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
+                            int D, float *scores, float *out) {
+    for (int g = 0; g < G; g++)
+        gm_ref_attention_head(q + (size_t)g * D, k, v, n_keys, D, scores + (size_t)g * n_keys, out + (size_t)g * D);
+}

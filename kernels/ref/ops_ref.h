@@ -31,4 +31,9 @@ float gm_ref_softmax_exp(float *scores, int n, float max);
 void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys, int D,
                            float *scores, float *out);
 
+/* G query heads that share one KV head (GQA): q and out hold the G heads one after another ([G][D]);
+ * scores is scratch [G][n_keys]. The same as G calls of gm_ref_attention_head. */
+void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
+                            int D, float *scores, float *out);
+
 #endif
