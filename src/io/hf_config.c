@@ -15,7 +15,7 @@
 typedef unsigned long long ull;
 typedef long long ll;
 
-#define JSON_INT_MAX 9007199254740992.0   /* 2^53: larger integers are not exact in a double */
+#define JSON_INT_LIMIT 9007199254740992.0   /* 2^53: from here on, integers are not all exact in a double */
 #define SHOW_MAX 96                       /* characters shown of a key or a snippet in a message */
 
 /* ==== The bounded parse ==== */
@@ -98,6 +98,10 @@ static gemmac_status json_scan(const char *t, size_t len, const char *what, uint
                 i += (i + 1 < len && u[i + 1] > 0 && u[i + 1] < 0x80) ? 2 : 1;
                 continue;
             }
+            if (c < 0x20)
+                return gm_fail(err, GEMMAC_ERR_BAD_FILE,
+                               "%s: unescaped control character 0x%02x in a string at offset 0x%llx", what, c,
+                               (ull)(base + i));
             if (c == '"') in_str = false;
             i++;
             continue;
@@ -177,7 +181,7 @@ static gemmac_status check_dups(dup_ctx *d, const cJSON *node, const char *path)
                 if (strcmp(d->keys[i], d->keys[i - 1]) == 0)
                     return gm_fail(d->err, GEMMAC_ERR_BAD_FILE, "%s: duplicate key '%s' in %s%s%s", d->what,
                                    show(d->keys[i], strlen(d->keys[i])).s, *path ? "object '" : "the top-level object",
-                                   path, *path ? "'" : "");
+                                   show(path, strlen(path)).s, *path ? "'" : "");
         }
     }
     size_t idx = 0;
@@ -251,7 +255,7 @@ fail:
 bool gm_json_int(const cJSON *item, int64_t *out) {
     if (!cJSON_IsNumber(item)) return false;
     double d = item->valuedouble;
-    if (!isfinite(d) || fabs(d) > JSON_INT_MAX || floor(d) != d) return false;
+    if (!isfinite(d) || fabs(d) >= JSON_INT_LIMIT || floor(d) != d) return false;
     *out = (int64_t)d;
     return true;
 }
@@ -429,10 +433,10 @@ static gemmac_status int_item(const gm_hf_config *c, const char *key, size_t i, 
             char num[64];
             snprintf(num, sizeof num, "%.17g", it->valuedouble);
             if (i == SIZE_MAX)
-                return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s: key '%s%.200s': value %s is not an integer (or above 2^53)",
+                return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s: key '%s%.200s': value %s is not an integer below 2^53",
                                c->name, c->prefix, key, num);
             return gm_fail(err, GEMMAC_ERR_BAD_FILE,
-                           "%s: key '%s%.200s' element %zu: value %s is not an integer (or above 2^53)", c->name,
+                           "%s: key '%s%.200s' element %zu: value %s is not an integer below 2^53", c->name,
                            c->prefix, key, i, num);
         }
         return i == SIZE_MAX ? wrong(c, key, it, want, err) : wrong_elem(c, key, i, it, want, err);

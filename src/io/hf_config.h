@@ -64,8 +64,8 @@ size_t gm_hf_count(const gm_hf_config *c, const char *key);
 /* ---- Typed getters: GEMMAC_ERR_NOT_FOUND (absent or null), GEMMAC_ERR_BAD_FILE (wrong type, or the value
  * is out of range), GEMMAC_ERR_INVALID_ARG (NULL arguments). Out-parameters change only on success. ---- */
 
-/* An integer in [lo, hi]. JSON numbers with a fraction are refused; magnitudes above 2^53 are refused
- * (not exactly representable in the parser's double). */
+/* An integer in [lo, hi]. JSON numbers with a fraction are refused, and so are magnitudes of 2^53 and more
+ * (the parser holds numbers as doubles, where such integers are not all exact). */
 gemmac_status gm_hf_get_int(const gm_hf_config *c, const char *key, int64_t lo, int64_t hi, int64_t *out,
                             gm_error *err);
 /* Any finite number (integers included). */
@@ -107,8 +107,9 @@ typedef struct gm_json_limits {
     uint64_t max_values;           /* values the tree may hold (bounds the parser's memory) */
 } gm_json_limits;
 
-/* Parses len bytes of JSON text after a linear pre-scan that refuses NUL bytes, invalid UTF-8, the escape
- * \u0000 (cJSON would silently cut the string there), nesting deeper than lim->max_depth and more than
+/* Parses len bytes of JSON text after a linear pre-scan that refuses NUL bytes, invalid UTF-8, unescaped
+ * control characters in strings (cJSON takes them; JSON and Python's json do not), the escape \u0000
+ * (cJSON would silently cut the string there), nesting deeper than lim->max_depth and more than
  * lim->max_values values, then parses with cJSON (whole input, trailing whitespace only) and refuses
  * duplicate member names in every object (cJSON keeps both; Python keeps the last). Messages start with
  * what ("header", "config.json") and give offsets as base + position in text (file offsets).
@@ -118,7 +119,7 @@ gemmac_status gm_json_parse(const char *text, size_t len, const char *what, uint
                             const gm_json_limits *lim, struct cJSON **out, uint64_t **top_keys, size_t *n_top,
                             gm_error *err);
 
-/* An integer-valued JSON number with magnitude ≤ 2^53 (exactly representable); false otherwise. */
+/* An integer-valued JSON number with magnitude below 2^53 (exact in a double); false otherwise. */
 bool gm_json_int(const struct cJSON *item, int64_t *out);
 
 #endif
