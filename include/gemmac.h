@@ -170,10 +170,14 @@ typedef struct gemmac_sampler_params {
 GEMMAC_API gemmac_sampler_params gemmac_sampler_default_params(void);
 /* NULL on an invalid parameter (negative temp is allowed: greedy) or out of memory. */
 GEMMAC_API gemmac_sampler *gemmac_sampler_new(const gemmac_sampler_params *params, int32_t n_vocab);
-/* Picks a token from logits [n_vocab] (not modified). */
+/* Picks a token from logits [n_vocab] (not modified): penalties, then top-k, top-p, min-p, temperature, and
+ * a draw from the seeded generator (PCG32). NaN logits count as -inf. The token is not accepted: call
+ * gemmac_sampler_accept with it. */
 GEMMAC_API gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits);
-/* Records a token as part of the history the penalties look at (prompt tokens and sampled ones). */
+/* Records a token as part of the history the penalties look at (prompt tokens and sampled ones); ids
+ * outside the vocabulary are ignored. */
 GEMMAC_API void gemmac_sampler_accept(gemmac_sampler *s, gemmac_token token);
+/* Forgets the history and re-seeds: a fixed seed then replays the same sequence. */
 GEMMAC_API void gemmac_sampler_reset(gemmac_sampler *s);
 GEMMAC_API void gemmac_sampler_free(gemmac_sampler *s);
 
