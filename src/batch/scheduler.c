@@ -198,6 +198,15 @@ static void admit(gm_sched *s, req *r) {
             best_lcp = lcp;
         }
     }
+    if (best_lcp < 2 || 2 * best_lcp < r->n_prompt) { /* no real prefix (a shared <bos> is none): keep caches */
+        uint64_t oldest = UINT64_MAX;          /* that are worth more, take the least recently used slot */
+        for (int32_t i = 0; i < s->p.n_slots; i++)
+            if (!s->slots[i].r && s->slots[i].last_used < oldest) {
+                oldest = s->slots[i].last_used;
+                best = i;
+            }
+        best_lcp = common_prefix(s->slots[best].cache, s->slots[best].n_cache, r->prompt, r->n_prompt);
+    }
     slot *sl = &s->slots[best];
     int32_t reuse = best_lcp < r->n_prompt - 1 ? best_lcp : r->n_prompt - 1; /* the last one gives the logits */
     if (reuse < sl->n_cache) {
@@ -223,7 +232,7 @@ static void admit(gm_sched *s, req *r) {
 
 /* ---- the step ---- */
 
-/* Samples after a request's logits; returns true while it keeps running. */
+/* Samples from a request's logits: ends it (eog, stop string, limits, cancel) or queues the token to feed. */
 static void on_logits(gm_sched *s, int32_t si, const float *logits) {
     slot *sl = &s->slots[si];
     req *r = sl->r;

@@ -193,12 +193,24 @@ static void test_tiny_concurrent_equals_alone(void **state) {
     concurrent_equals_alone(g_tiny_path, 8, 12, 128);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GM_SANITIZED 1
+#endif
+#endif
+
 static void test_default_model_concurrent_equals_alone(void **state) {
     (void)state;
     char buf[1024];
     const char *path = gm_test_model_path(buf, sizeof buf);
     if (!path) skip();
+#ifdef GM_SANITIZED
+    concurrent_equals_alone(path, 4, 2, 128); /* unoptimised: a smaller run; the full one is in the main pass */
+#else
     concurrent_equals_alone(path, 8, 6, 256);
+#endif
 }
 
 static void test_cancel_frees_slot(void **state) {
