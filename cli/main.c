@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
-    if (!strcmp(cmd, "serve")) { int cmd_serve(int, char **); return cmd_serve(argc, argv); }
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
     fprintf(stderr, "gemmac: unknown command '%s' (try gemmac --help)\n", cmd);
     return 2;
 }
