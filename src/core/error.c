@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *gemmac_status_str(gemmac_status status) {
     switch (status) {
@@ -38,4 +39,28 @@ void gm_error_clear(gm_error *err) {
         err->status = GEMMAC_OK;
         err->msg[0] = '\0';
     }
+}
+
+gm_shown gm_show(const char *bytes, size_t len) {
+    gm_shown out;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (o + 4 > GM_SHOW_MAX) {
+            memcpy(out.s + o, "...", 3);
+            o += 3;
+            break;
+        }
+        const unsigned char c = (unsigned char)bytes[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+            out.s[o++] = (char)c;
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            out.s[o++] = '\\';
+            out.s[o++] = 'x';
+            out.s[o++] = hex[c >> 4];
+            out.s[o++] = hex[c & 15];
+        }
+    }
+    out.s[o] = '\0';
+    return out;
 }

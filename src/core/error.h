@@ -3,6 +3,8 @@
 #ifndef GM_ERROR_H
 #define GM_ERROR_H
 
+#include <stddef.h>
+
 #include "gemmac.h"
 
 typedef struct gm_error {
@@ -19,5 +21,13 @@ gemmac_status gm_fail(gm_error *err, gemmac_status status, const char *fmt, ...)
     ;
 
 void gm_error_clear(gm_error *err);
+
+/* Bytes from a file or a request as shown in a message: printable ASCII as is, every other byte (and \ and ')
+ * as \xNN, cut with "..." past GM_SHOW_MAX characters. Returned by value: use .s in a printf argument. */
+#define GM_SHOW_MAX 96
+typedef struct gm_shown {
+    char s[GM_SHOW_MAX + 8];
+} gm_shown;
+gm_shown gm_show(const char *bytes, size_t len);
 
 #endif

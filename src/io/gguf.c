@@ -23,7 +23,7 @@ _Static_assert(sizeof(float) == 4 && sizeof(double) == 8, "GGUF floats are IEEE 
  * type + offset. */
 #define KV_MIN_BYTES     (8u + 1u + 4u + 1u)
 #define TENSOR_MIN_BYTES (8u + 1u + 4u + 8u + 4u + 8u)
-#define SHOW_NAME_MAX    96   /* characters shown of a key or tensor name in a message */
+#define SHOW_NAME_MAX    GM_SHOW_MAX /* characters shown of a key or tensor name in a message */
 
 /* Bytes of one element of each value type (0: variable size). */
 static const uint8_t k_vsize[GM_GGUF_VTYPE_COUNT] = {
@@ -173,34 +173,9 @@ typedef struct parser {
 
 typedef unsigned long long ull;
 
-/* A name as shown in a message: printable ASCII as is, other bytes as \xNN, long names cut with "...". */
-typedef struct shown_name {
-    char s[SHOW_NAME_MAX + 8];
-} shown_name;
-
-static shown_name show_name(const char *s, uint64_t len) {
-    shown_name out;
-    size_t o = 0;
-    for (uint64_t i = 0; i < len; i++) {
-        if (o + 4 > SHOW_NAME_MAX) {
-            memcpy(out.s + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-            out.s[o++] = (char)c;
-        } else {
-            static const char hex[] = "0123456789abcdef";
-            out.s[o++] = '\\';
-            out.s[o++] = 'x';
-            out.s[o++] = hex[c >> 4];
-            out.s[o++] = hex[c & 15];
-        }
-    }
-    out.s[o] = '\0';
-    return out;
-}
+/* A name as shown in a message (see gm_show). */
+typedef gm_shown shown_name;
+static shown_name show_name(const char *s, uint64_t len) { return gm_show(s, (size_t)len); }
 
 static gemmac_status pfail(parser *p, gemmac_status st, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -16,38 +16,13 @@ typedef unsigned long long ull;
 typedef long long ll;
 
 #define JSON_INT_LIMIT 9007199254740992.0   /* 2^53: from here on, integers are not all exact in a double */
-#define SHOW_MAX 96                       /* characters shown of a key or a snippet in a message */
+#define SHOW_MAX GM_SHOW_MAX               /* characters shown of a key or a snippet in a message */
 
 /* ==== The bounded parse ==== */
 
-/* Printable ASCII as is, other bytes as \xNN, cut with "..." past SHOW_MAX characters. */
-typedef struct shown {
-    char s[SHOW_MAX + 8];
-} shown;
-
-static shown show(const char *p, size_t n) {
-    shown out;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (o + 4 > SHOW_MAX) {
-            memcpy(out.s + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)p[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-            out.s[o++] = (char)c;
-        } else {
-            static const char hex[] = "0123456789abcdef";
-            out.s[o++] = '\\';
-            out.s[o++] = 'x';
-            out.s[o++] = hex[c >> 4];
-            out.s[o++] = hex[c & 15];
-        }
-    }
-    out.s[o] = '\0';
-    return out;
-}
+/* Bytes as shown in a message (see gm_show). */
+typedef gm_shown shown;
+static shown show(const char *p, size_t n) { return gm_show(p, n); }
 
 /* Length of the valid UTF-8 sequence starting at p (first byte >= 0x80), or 0 when it is invalid
  * (overlong forms, surrogates, code points above U+10FFFF, truncated sequences). */

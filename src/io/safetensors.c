@@ -18,7 +18,7 @@
 
 typedef unsigned long long ull;
 
-#define SHOW_NAME_MAX 96    /* characters shown of a name in a message */
+#define SHOW_NAME_MAX GM_SHOW_MAX /* characters shown of a name in a message */
 #define PATH_MAX_LEN 4096   /* bytes of a path we build */
 
 static const struct {
@@ -41,34 +41,9 @@ const char *gm_st_dtype_name(gm_st_dtype d) {
 
 uint32_t gm_st_dtype_bits(gm_st_dtype d) { return (unsigned)d < GM_ST_DTYPE_COUNT ? k_dtypes[d].bits : 0; }
 
-/* A name as shown in a message: printable ASCII as is, other bytes as \xNN, long names cut with "...". */
-typedef struct shown_name {
-    char s[SHOW_NAME_MAX + 8];
-} shown_name;
-
-static shown_name show_name(const char *s) {
-    shown_name out;
-    size_t o = 0;
-    for (size_t i = 0; s[i]; i++) {
-        if (o + 4 > SHOW_NAME_MAX) {
-            memcpy(out.s + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-            out.s[o++] = (char)c;
-        } else {
-            static const char hex[] = "0123456789abcdef";
-            out.s[o++] = '\\';
-            out.s[o++] = 'x';
-            out.s[o++] = hex[c >> 4];
-            out.s[o++] = hex[c & 15];
-        }
-    }
-    out.s[o] = '\0';
-    return out;
-}
+/* A NUL-terminated name as shown in a message (see gm_show). */
+typedef gm_shown shown_name;
+static shown_name show_name(const char *s) { return gm_show(s, strlen(s)); }
 
 static const char *json_kind(const cJSON *it) {
     if (cJSON_IsNull(it)) return "null";
