@@ -16,7 +16,6 @@ typedef unsigned long long ull;
 typedef long long ll;
 
 #define JSON_INT_LIMIT 9007199254740992.0   /* 2^53: from here on, integers are not all exact in a double */
-#define SHOW_MAX GM_SHOW_MAX               /* characters shown of a key or a snippet in a message */
 
 /* ==== The bounded parse ==== */
 
