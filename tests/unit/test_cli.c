@@ -129,8 +129,8 @@ static char *slurp(const char *path, size_t *len) {
     return s;
 }
 
-/* Runs gemmac with args (NULL-terminated), stdin from /dev/null, stdout and stderr to files. */
-static result run_cli(const char *const *args) {
+/* Runs gemmac with args (NULL-terminated), stdin from the file in_path, stdout and stderr to files. */
+static result run_cli_in(const char *const *args, const char *in_path) {
     char *argv[MAX_ARGS + 2];
     int n = 0;
     argv[n++] = (char *)g.cli;
@@ -141,7 +141,7 @@ static result run_cli(const char *const *args) {
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
-    assert_int_equal(posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0), 0);
+    assert_int_equal(posix_spawn_file_actions_addopen(&fa, 0, in_path, O_RDONLY, 0), 0);
     assert_int_equal(posix_spawn_file_actions_addopen(&fa, 1, g.out, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
     assert_int_equal(posix_spawn_file_actions_addopen(&fa, 2, g.err, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
     pid_t pid;
@@ -168,6 +168,8 @@ static result run_cli(const char *const *args) {
         fail_msg("%s %s crashed with signal %d; stderr: %s", g.cli, argv[1] ? argv[1] : "", WTERMSIG(status), r.err);
     return r;
 }
+
+static result run_cli(const char *const *args) { return run_cli_in(args, "/dev/null"); }
 
 static void free_result(result *r) {
     free(r->out);
@@ -302,6 +304,80 @@ static void test_run_greedy_matches_library(void **state) {
     free_result(&r);
 }
 
+/* Greedy reply of the library to a rendered conversation, evaluated from scratch (at most n tokens, stopping
+ * before an end-of-generation token), as text; malloc'd. */
+static char *library_reply(gemmac_model *m, const gemmac_chat_msg *msgs, size_t n_msgs, int n) {
+    char text[4096];
+    size_t len = 0, n_ids = 0;
+    assert_int_equal(gemmac_chat_render(m, msgs, n_msgs, true, text, sizeof text, &len), GEMMAC_OK);
+    gemmac_token ids[1024];
+    assert_int_equal(gemmac_tokenize(m, text, len, GEMMAC_TOKENIZE_PARSE_SPECIAL, ids, 1024, &n_ids), GEMMAC_OK);
+    gemmac_ctx *c = NULL;
+    char err[256];
+    assert_int_equal(gemmac_ctx_new(m, NULL, &c, err, sizeof err), GEMMAC_OK);
+    int32_t pos[1024], seq[1024] = {0};
+    for (size_t i = 0; i < n_ids; i++) pos[i] = (int32_t)i;
+    gemmac_batch b = {.n_tokens = (int32_t)n_ids, .token = ids, .pos = pos, .seq_id = seq, .logits = NULL};
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_OK);
+    const float *logits = gemmac_ctx_logits(c, (int32_t)n_ids - 1);
+    gemmac_model_info info;
+    gemmac_model_get_info(m, &info);
+    gemmac_detok *d = gemmac_detok_new(m);
+    char *out = calloc(1, 4096), piece[512];
+    size_t used = 0, np;
+    for (int i = 0; i < n; i++) {
+        gemmac_token t = 0;
+        for (int32_t v = 1; v < info.n_vocab; v++)
+            if (logits[v] > logits[t]) t = v;
+        if (gemmac_token_is_eog(m, t)) break;
+        if (gemmac_detok_push(d, t, piece, sizeof piece, &np) == GEMMAC_OK) {
+            memcpy(out + used, piece, np);
+            used += np;
+        }
+        if (i + 1 == n) break;
+        const int32_t p = (int32_t)n_ids + i, zero = 0;
+        gemmac_batch one = {.n_tokens = 1, .token = &t, .pos = &p, .seq_id = &zero, .logits = NULL};
+        assert_int_equal(gemmac_ctx_decode(c, &one), GEMMAC_OK);
+        logits = gemmac_ctx_logits(c, 0);
+    }
+    if (gemmac_detok_flush(d, piece, sizeof piece, &np) == GEMMAC_OK) {
+        memcpy(out + used, piece, np);
+        used += np;
+    }
+    out[used] = '\0';
+    gemmac_detok_free(d);
+    gemmac_ctx_free(c);
+    return out;
+}
+
+/* `gemmac chat` keeps the conversation's KV cache between turns and evaluates only what is new; its second
+ * reply must be exactly what the library gives for the whole conversation evaluated from scratch. */
+static void test_chat_reuses_cache_exactly(void **state) {
+    (void)state;
+    NEED_CLI();
+    gemmac_model *m = load(g.greedy);
+    gemmac_chat_msg conv[3] = {{"user", "hi"}, {"assistant", NULL}, {"user", "ok"}};
+    char *r1 = library_reply(m, conv, 1, 6);
+    conv[1].content = r1;
+    char *r2 = library_reply(m, conv, 3, 6);
+    char expect[8192];
+    snprintf(expect, sizeof expect, "%s\n%s\n", r1, r2);
+    char in_path[160];
+    snprintf(in_path, sizeof in_path, "%s/chat_in.txt", g.dir);
+    FILE *f = fopen(in_path, "w");
+    assert_non_null(f);
+    fputs("hi\nok\n", f);
+    fclose(f);
+    result r = run_cli_in(ARGS("chat", "-m", g.greedy, "--temp", "0", "-n", "6"), in_path);
+    unlink(in_path);
+    if (r.exit_code != 0) fail_msg("exit %d; stderr: %s", r.exit_code, r.err);
+    if (strcmp(r.out, expect) != 0) fail_msg("gemmac chat printed \"%s\", the library gives \"%s\"", r.out, expect);
+    free_result(&r);
+    free(r1);
+    free(r2);
+    gemmac_model_free(m);
+}
+
 static void test_logits_match_library(void **state) {
     (void)state;
     NEED_CLI();
@@ -357,6 +433,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_run_greedy_matches_library),
         cmocka_unit_test(test_logits_match_library),
+        cmocka_unit_test(test_chat_reuses_cache_exactly),
         cmocka_unit_test(test_info),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
