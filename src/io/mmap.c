@@ -69,6 +69,9 @@ gemmac_status gm_map_file(const char *path, gm_map *out, gm_error *err) {
                      (unsigned long long)sb.st_size, errno_str(e, ebuf, sizeof ebuf));
         goto done;
     }
+    /* Weights are read front to back on the first forward pass: ask the kernel to start reading now rather
+     * than fault page by page (advice only; its failure changes nothing). */
+    (void)madvise(p, (size_t)sb.st_size, MADV_WILLNEED);
     out->data = p;
     out->size = (uint64_t)sb.st_size;
 
