@@ -178,6 +178,26 @@ def test_raw_sse_format(srv):
         assert d["object"] == "chat.completion.chunk"
 
 
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_chat_streamed_and_not(srv):
+    """curl as the client: the non-streamed answer equals `gemmac run --chat`, and the streamed one's deltas
+    concatenate to the same text, ending with data: [DONE]."""
+    body = json.dumps({"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8,
+                       "temperature": 0})
+    url = srv.url + "/v1/chat/completions"
+    out = subprocess.run(["curl", "-sS", "--max-time", "60", "-H", "Content-Type: application/json", "-d", body, url],
+                         capture_output=True, timeout=90, check=True).stdout
+    text = json.loads(out)["choices"][0]["message"]["content"]
+    assert text == cli_run("Name a colour.", 8)
+    stream_body = json.dumps({**json.loads(body), "stream": True})
+    out = subprocess.run(["curl", "-sS", "-N", "--max-time", "60", "-H", "Content-Type: application/json",
+                          "-d", stream_body, url], capture_output=True, timeout=90, check=True).stdout
+    events = [ln for ln in out.split(b"\n") if ln.strip()]
+    assert events[-1] == b"data: [DONE]"
+    deltas = [json.loads(e[6:])["choices"][0]["delta"].get("content") or "" for e in events[:-1]]
+    assert "".join(deltas) == text
+
+
 def test_completions_equal_cli(srv):
     prompt = "Once upon a time"
     r = srv.client().completions.create(model="x", prompt=prompt, temperature=0, max_tokens=12)
