@@ -13,6 +13,9 @@
 #include "batch/scheduler.h"
 #include "server.h"
 
+/* Consecutive failed decode steps after which the backend counts as unusable. */
+enum { SERVE_MAX_FAILURES_IN_A_ROW = 8 };
+
 static void serve_usage(void) {
     fprintf(stderr,
             "usage: gemmac serve [-m FILE] [--host 127.0.0.1] [--port 8080] [-np SLOTS] [-c CTX] [--api-key KEY]\n"
@@ -124,10 +127,25 @@ int cmd_serve(int argc, char **argv) {
     srv_attach(srv, m, sched, gemmac_ctx_n_ctx(ctx), model_id);
     fprintf(stderr, "serve: ready: %s, %d slots x %d tokens, queue %d%s\n", model_id, n_slots, gemmac_ctx_n_ctx(ctx),
             queue ? queue : 4 * n_slots, cfg.api_key ? ", API key required" : "");
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    ret = 0;
+    /* Serve until a signal; a backend that fails every step is unusable: exit non-zero rather than stay up
+     * answering only errors (a supervisor can restart us). */
+    for (;;) {
+        const struct timespec tick = {1, 0};
+        const int sig = sigtimedwait(&set, NULL, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            ret = 0;
+            break;
+        }
+        gm_sched_stats stats;
+        gm_sched_get_stats(sched, &stats);
+        if (stats.failures_in_a_row >= SERVE_MAX_FAILURES_IN_A_ROW) {
+            fprintf(stderr, "gemmac serve: the backend failed %llu decode steps in a row; exiting\n",
+                    (unsigned long long)stats.failures_in_a_row);
+            ret = 1;
+            break;
+        }
+    }
 done:
     srv_stop(srv);        /* first: connections stop waiting for the scheduler */
     gm_sched_free(sched); /* then: whatever is left is cancelled */

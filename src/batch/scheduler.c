@@ -262,6 +262,7 @@ static void record_step(gm_sched *s, int32_t n_tok, int32_t n_seq, bool ok) {
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     if (!ok) s->st.step_failures++;
+    s->st.failures_in_a_row = ok ? 0 : s->st.failures_in_a_row + 1;
     int b = 0;
     while (b < GM_SCHED_SEQ_BUCKETS - 1 && n_seq > gm_sched_seq_bounds[b]) b++;
     s->st.seq_hist[b]++;

@@ -85,6 +85,7 @@ typedef struct gm_sched_stats {
     uint64_t gen_tokens;                /* generated tokens */
     uint64_t steps;                     /* decode calls */
     uint64_t step_failures;             /* decode calls that failed */
+    uint64_t failures_in_a_row;         /* failed decode calls since the last one that succeeded */
     uint64_t seq_hist[GM_SCHED_SEQ_BUCKETS]; /* steps by sequences in the batch (not cumulative) */
     uint64_t tok_hist[GM_SCHED_TOK_BUCKETS]; /* steps by tokens in the batch (not cumulative) */
     uint64_t step_tokens_sum, step_seqs_sum;

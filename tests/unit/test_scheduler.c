@@ -403,6 +403,9 @@ static void test_backend_failure_and_timeout(void **state) {
     assert_int_equal(gm_sched_submit(e.s, &r, &id), GM_SUBMIT_OK);
     coll_wait_done(&a);
     assert_int_equal(a.finish, GM_FINISH_ERROR);
+    gm_sched_stats st;
+    gm_sched_get_stats(e.s, &st);
+    assert_int_equal(st.failures_in_a_row, 1); /* what `gemmac serve` watches to give up on a dead backend */
     r.user = &b; /* the scheduler keeps serving */
     assert_int_equal(gm_sched_submit(e.s, &r, &id), GM_SUBMIT_OK);
     coll_wait_done(&b);
@@ -414,9 +417,9 @@ static void test_backend_failure_and_timeout(void **state) {
     assert_int_equal(gm_sched_submit(e.s, &r, &id), GM_SUBMIT_OK);
     coll_wait_done(&c);
     assert_int_equal(c.finish, GM_FINISH_TIMEOUT);
-    gm_sched_stats st;
     gm_sched_get_stats(e.s, &st);
     assert_int_equal(st.step_failures, 1);
+    assert_int_equal(st.failures_in_a_row, 0); /* reset by the steps that succeeded */
     assert_int_equal(st.finished[GM_FINISH_ERROR], 1);
     env_close(&e);
     coll_destroy(&a);
