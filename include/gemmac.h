@@ -113,6 +113,10 @@ typedef struct gemmac_chat_msg {
 GEMMAC_API gemmac_status gemmac_chat_render(const gemmac_model *model, const gemmac_chat_msg *msgs, size_t n_msgs,
                                             bool add_generation_prompt, char *out, size_t cap, size_t *n_out);
 
+/* Threads: a loaded model is read-only, so any number of threads may tokenize, render templates and
+ * detokenize (each with its own gemmac_detok) on it at once; a context (and a sampler) is used by one
+ * thread at a time. */
+
 /* ==== Context: KV cache + compute state for one or many sequences ==== */
 typedef struct gemmac_ctx gemmac_ctx;
 
@@ -130,6 +134,8 @@ GEMMAC_API void gemmac_ctx_free(gemmac_ctx *ctx);
 /* The detail message of the last failed call on ctx ("" if none). */
 GEMMAC_API const char *gemmac_ctx_last_error(const gemmac_ctx *ctx);
 GEMMAC_API int32_t gemmac_ctx_n_ctx(const gemmac_ctx *ctx);
+/* Sequences the context holds at once (its n_seq_max). */
+GEMMAC_API int32_t gemmac_ctx_n_seq_max(const gemmac_ctx *ctx);
 
 /* A batch: n_tokens tokens, each with its position and the sequence it belongs to. Tokens of one sequence
  * appear in position order, continuing that sequence's cache. logits[i] != 0 asks for token i's logits. */

@@ -453,7 +453,7 @@ gemmac_status gm_sched_new(const gemmac_model *model, gemmac_ctx *ctx, const gm_
     if (p.queue_max <= 0) p.queue_max = 4 * p.n_slots;
     if (p.step_tokens <= 0) p.step_tokens = 512;
     if (p.prefill_chunk <= 0) p.prefill_chunk = 256;
-    if (!model || !ctx || p.n_slots < 1 || p.n_slots > 1024 || gemmac_ctx_seq_len(ctx, p.n_slots - 1) < 0) {
+    if (!model || !ctx || p.n_slots < 1 || p.n_slots > 1024 || p.n_slots > gemmac_ctx_n_seq_max(ctx)) {
         snprintf(err, err_size, "scheduler: %d slots need a context with at least that many sequences", p.n_slots);
         return GEMMAC_ERR_INVALID_ARG;
     }

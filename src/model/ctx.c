@@ -106,6 +106,7 @@ void gemmac_ctx_free(gemmac_ctx *c) {
 
 const char *gemmac_ctx_last_error(const gemmac_ctx *c) { return c ? c->err.msg : "no context"; }
 int32_t gemmac_ctx_n_ctx(const gemmac_ctx *c) { return c->p.n_ctx; }
+int32_t gemmac_ctx_n_seq_max(const gemmac_ctx *c) { return c->p.n_seq_max; }
 
 static gemmac_status validate(gemmac_ctx *c, const gemmac_batch *bt, int32_t *n_out) {
     const int32_t V = c->model->hp.n_vocab;
