@@ -337,6 +337,7 @@ static void run_step(gm_sched *s) {
         snprintf(msg, sizeof msg, "decode failed: %s",
                  fail ? "injected failure" : (gemmac_ctx_last_error(s->ctx)[0] ? gemmac_ctx_last_error(s->ctx)
                                                                                 : gemmac_status_str(st)));
+        record_step(s, n, n_seq, false); /* before the requests hear of it: their clients may read the stats */
         for (int32_t i = 0; i < s->p.n_slots; i++) {
             slot *sl = &s->slots[i];
             if (!sl->r || sl->r->bidx < 0) continue;
@@ -344,7 +345,6 @@ static void run_step(gm_sched *s) {
             sl->n_cache = 0;
             finish(s, sl->r, sl, GM_FINISH_ERROR, msg);
         }
-        record_step(s, n, n_seq, false);
         return;
     }
     uint64_t evaluated = 0;

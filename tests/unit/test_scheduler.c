@@ -30,7 +30,17 @@ typedef struct coll {
     gm_finish finish;
     int32_t n_prompt, n_cached, n_gen;
     int32_t stop_after;        /* > 0: return false after this many tokens */
+    bool gated;                /* the first event waits (on the scheduler thread) until gate_open */
+    bool gate_open;
 } coll;
+
+/* Opens c's gate: a scheduler held at c's first event goes on. */
+static void coll_open_gate(coll *c) {
+    pthread_mutex_lock(&c->mu);
+    c->gate_open = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
 
 static void coll_init(coll *c) {
     memset(c, 0, sizeof *c);
@@ -46,6 +56,7 @@ static void coll_destroy(coll *c) {
 static bool on_event(void *user, const gm_sched_event *ev) {
     coll *c = user;
     pthread_mutex_lock(&c->mu);
+    while (c->gated && !c->gate_open) pthread_cond_wait(&c->cv, &c->mu);
     if (!ev->done && c->n_tok < 512) c->tok[c->n_tok++] = ev->token;
     if (ev->text_len && c->n_text + ev->text_len < sizeof c->text) {
         memcpy(c->text + c->n_text, ev->text, ev->text_len);
@@ -156,10 +167,14 @@ static void concurrent_equals_alone(const char *path, int32_t k, int32_t max_tok
         coll_init(&c[i]);
     }
     uint64_t id;
+    /* The first request's first token holds the scheduler until every request is submitted, so that a busy
+     * machine cannot finish it before the last one arrives: all k then share steps. */
+    c[0].gated = true;
     for (int32_t i = 0; i < k; i++) {
         gm_sched_request r = greedy_req(prompts[i], (size_t)lens[i], max_tokens, &c[i]);
         assert_int_equal(gm_sched_submit(e.s, &r, &id), GM_SUBMIT_OK);
     }
+    coll_open_gate(&c[0]);
     for (int32_t i = 0; i < k; i++) coll_wait_done(&c[i]);
     gm_sched_stats st;
     gm_sched_get_stats(e.s, &st);
