@@ -140,6 +140,15 @@ static void count(srv_server *s, uint64_t *field) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* MHD restarts a connection's idle timer on socket activity only, and MHD_CONNECTION_OPTION_TIMEOUT restarts it
+ * only when the timeout was 0. After a callback has waited (queued, generating) for longer than the idle timeout,
+ * MHD would close the connection as idle before sending what the callback returns: restart the timer (0, then
+ * the configured value) before returning. */
+static void restart_idle_timer(struct MHD_Connection *c, unsigned timeout_s) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, timeout_s);
+}
+
 /* Called with j->mu held and j not done: the client left or the server stops. */
 static bool should_abandon(job *j) {
     if (!atomic_load(&j->srv->stopping) && !client_closed(j->fd)) return false;
@@ -248,7 +257,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, j->out + j->out_pos, n);
             j->out_pos += n;
             /* we may have waited long in here: count sending as activity for the idle timeout */
-            MHD_set_connection_option(j->conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.conn_timeout_s);
+            restart_idle_timer(j->conn, s->cfg.conn_timeout_s);
             return (ssize_t)n;
         }
         j->out_len = j->out_pos = 0;
@@ -457,7 +466,7 @@ static enum MHD_Result generate(conn_state *cs, struct MHD_Connection *c, srv_ki
         }
     }
     pthread_mutex_unlock(&j->mu);
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.conn_timeout_s);
+    restart_idle_timer(c, s->cfg.conn_timeout_s);
     if (j->finish == GM_FINISH_ERROR) ret = reply_err(cs, c, 500, NULL, "%s", j->error);
     else if (j->finish == GM_FINISH_CANCELLED || j->oom)
         ret = reply_err(cs, c, 503, NULL, "the request was cancelled (the server is shutting down)");
