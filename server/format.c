@@ -157,6 +157,10 @@ char *srv_fmt_metrics(const gm_sched_stats *st, const srv_counters *c, bool read
             st->prompt_tokens_evaluated);
     counter(&b, "gemmac_generated_tokens_total", "Generated tokens.", st->gen_tokens);
     counter(&b, "gemmac_steps_total", "Scheduler steps (one decode call each).", st->steps);
+    gauge(&b, "gemmac_decode_seconds_total", "Time spent in decode calls, seconds.", st->decode_ms_sum / 1e3);
+    gauge(&b, "gemmac_generated_tokens_per_second",
+          "Generated tokens per second of decoding time, since start (all sequences together).",
+          st->decode_ms_sum > 0 ? st->gen_tokens / (st->decode_ms_sum / 1e3) : 0.0);
     counter(&b, "gemmac_step_failures_total", "Decode calls that failed.", st->step_failures);
     histogram(&b, "gemmac_step_sequences", "Sequences per step (batch size in sequences).", st->seq_hist,
               gm_sched_seq_bounds, GM_SCHED_SEQ_BUCKETS, st->step_seqs_sum);

@@ -258,9 +258,10 @@ static void on_logits(gm_sched *s, int32_t si, const float *logits) {
     }
 }
 
-static void record_step(gm_sched *s, int32_t n_tok, int32_t n_seq, bool ok) {
+static void record_step(gm_sched *s, int32_t n_tok, int32_t n_seq, bool ok, double decode_ms) {
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
+    s->st.decode_ms_sum += decode_ms;
     if (!ok) s->st.step_failures++;
     s->st.failures_in_a_row = ok ? 0 : s->st.failures_in_a_row + 1;
     int b = 0;
@@ -330,14 +331,16 @@ static void run_step(gm_sched *s) {
     }
     pthread_mutex_unlock(&s->mu);
     gemmac_batch b = {.n_tokens = n, .token = s->b_tok, .pos = s->b_pos, .seq_id = s->b_seq, .logits = s->b_logits};
+    const double t0 = gm_sched_now_ms();
     gemmac_status st = fail ? GEMMAC_ERR_BACKEND : gemmac_ctx_decode(s->ctx, &b);
+    const double decode_ms = gm_sched_now_ms() - t0;
     if (st != GEMMAC_OK) {
         /* the batch's sequences may be half written: fail exactly the requests in it, clear their caches */
         char msg[256];
         snprintf(msg, sizeof msg, "decode failed: %s",
                  fail ? "injected failure" : (gemmac_ctx_last_error(s->ctx)[0] ? gemmac_ctx_last_error(s->ctx)
                                                                                 : gemmac_status_str(st)));
-        record_step(s, n, n_seq, false); /* before the requests hear of it: their clients may read the stats */
+        record_step(s, n, n_seq, false, decode_ms); /* before the requests hear of it: their clients may read the stats */
         for (int32_t i = 0; i < s->p.n_slots; i++) {
             slot *sl = &s->slots[i];
             if (!sl->r || sl->r->bidx < 0) continue;
@@ -367,7 +370,7 @@ static void run_step(gm_sched *s) {
     pthread_mutex_lock(&s->mu);
     s->st.prompt_tokens_evaluated += evaluated;
     pthread_mutex_unlock(&s->mu);
-    record_step(s, n, n_seq, true);
+    record_step(s, n, n_seq, true, decode_ms);
 }
 
 static bool in_list(const uint64_t *ids, int32_t n, uint64_t id) {

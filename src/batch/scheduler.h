@@ -96,6 +96,7 @@ typedef struct gm_sched_stats {
     int64_t kv_used;                    /* positions held by all sequences */
     int64_t kv_capacity;                /* n_slots * n_ctx */
     double last_step_ms;                /* monotonic time of the last step's end (0: none yet) */
+    double decode_ms_sum;               /* time spent in decode calls, ms */
 } gm_sched_stats;
 
 /* Starts the scheduler thread. The scheduler uses ctx exclusively until gm_sched_free (no other thread may touch

@@ -205,6 +205,16 @@ def test_completions_equal_cli(srv):
     assert r.usage.prompt_tokens == 5
 
 
+def test_metrics_tokens_per_second(srv):
+    """After a generation, the throughput gauge is generated tokens over decoding time: positive, and equal
+    to the two counters it is made of."""
+    chat(srv, "Say something.", 4)
+    m = srv.metrics()
+    assert m["gemmac_generated_tokens_total"] >= 4 and m["gemmac_decode_seconds_total"] > 0
+    tps = m["gemmac_generated_tokens_per_second"]
+    assert tps == pytest.approx(m["gemmac_generated_tokens_total"] / m["gemmac_decode_seconds_total"], rel=1e-3)
+
+
 def test_stop_string(srv):
     base = chat(srv, "Count from one to ten.", 24).choices[0].message.content
     if len(base) < 8:
