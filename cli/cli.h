@@ -49,6 +49,6 @@ int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
-int cmd_serve(int argc, char **argv); /* a stub that says so when built without the server */
+int cmd_serve(int argc, char **argv); /* built without libmicrohttpd/cJSON: says so, exits 2 */
 
 #endif
