@@ -131,6 +131,13 @@ bool cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o) {
             NEED_VALUE();
             if (cli_int(v, 1, 65536, &l)) o->n_batch = (int32_t)l; else BAD_VALUE("a batch size in [1, 65536]");
         }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+                 !strcmp(a, "--cache-type-v")) {
+            NEED_VALUE();
+            if (strcmp(v, "f16") && strcmp(v, "f32")) BAD_VALUE("a KV cache type: f16 or f32");
+            if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) o->cache_type_k = v;
+            else o->cache_type_v = v;
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             NEED_VALUE();
             if (cli_int(v, 0, 512, &l)) o->n_threads = (int32_t)l; else BAD_VALUE("a thread count in [0, 512]");
@@ -255,6 +262,15 @@ gemmac_ctx *cli_new_ctx(const char *cmd, gemmac_model *m, const cli_opts *o, int
     cp.n_ctx = o->n_ctx;
     cp.n_batch = o->n_batch;
     cp.n_threads = o->n_threads;
+    const char *tk = o->cache_type_k ? o->cache_type_k : "f16", *tv = o->cache_type_v ? o->cache_type_v : "f16";
+    if (o->cache_type_k && !o->cache_type_v) tv = tk;
+    if (o->cache_type_v && !o->cache_type_k) tk = tv;
+    if (strcmp(tk, tv)) {
+        fprintf(stderr, "gemmac %s: -ctk %s and -ctv %s differ: gemmac keeps keys and values in one type\n", cmd, tk,
+                tv);
+        return NULL;
+    }
+    cp.type_kv = strcmp(tk, "f32") == 0 ? GEMMAC_KV_F32 : GEMMAC_KV_F16;
     cp.n_seq_max = n_seq;
     gemmac_ctx *c = NULL;
     char err[600];

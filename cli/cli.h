@@ -19,6 +19,7 @@ typedef struct cli_opts {
     int32_t n_ctx;             /* -c, 0: model's (capped at 4096) */
     int32_t n_batch;           /* -b */
     int32_t n_threads;         /* -t, 0: all cores */
+    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f16" or "f32" */
     gemmac_sampler_params sp;  /* --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
                                   --presence-penalty --frequency-penalty -s */
     bool ignore_eos, chat, ids, no_progress;

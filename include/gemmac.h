@@ -120,11 +120,15 @@ GEMMAC_API gemmac_status gemmac_chat_render(const gemmac_model *model, const gem
 /* ==== Context: KV cache + compute state for one or many sequences ==== */
 typedef struct gemmac_ctx gemmac_ctx;
 
+/* f16 halves the cache; f32 keeps keys and values exact (reference comparisons). */
+typedef enum gemmac_kv_type { GEMMAC_KV_F16 = 0, GEMMAC_KV_F32 = 1 } gemmac_kv_type;
+
 typedef struct gemmac_ctx_params {
     int32_t n_ctx;                   /* positions per sequence (0: the model's training length, capped at 4096) */
     int32_t n_seq_max;               /* sequences that may be live at once (default 1) */
     int32_t n_batch;                 /* most tokens in one decode call (default 512) */
     int32_t n_threads;               /* 0: all cores */
+    gemmac_kv_type type_kv;          /* element type of cached keys and values (default f16) */
 } gemmac_ctx_params;
 
 GEMMAC_API gemmac_ctx_params gemmac_ctx_default_params(void);

@@ -26,7 +26,7 @@ typedef struct cpu_backend {
     size_t wdata_size;
     int32_t attn_cap;          /* keys the per-thread attention scratch can hold */
     float *attn_scores;        /* [n_threads][ATTN_MAX_GROUP][attn_cap] */
-    const gm_f16 **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
+    const void **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
 } cpu_backend;
 
 static cpu_backend *cpu(gm_backend *b) { return (cpu_backend *)b; }
@@ -275,8 +275,8 @@ static void attn_range(void *p, long b, long e, int ith) {
     const int32_t D = a->head_dim, group = a->n_head / a->n_head_kv;
     const int32_t chunks = (group + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
     float *scores = x->c->attn_scores + (size_t)ith * ATTN_MAX_GROUP * x->c->attn_cap;
-    const gm_f16 **krows = x->c->attn_rows + (size_t)ith * 2 * x->c->attn_cap;
-    const gm_f16 **vrows = krows + x->c->attn_cap;
+    const void **krows = x->c->attn_rows + (size_t)ith * 2 * x->c->attn_cap;
+    const void **vrows = krows + x->c->attn_cap;
     int32_t rows_for = -1; /* the (token, kv head) whose rows krows/vrows hold */
     for (long i = b; i < e; i++) { /* i = (token · n_head_kv + kv head) · chunks + chunk */
         const int32_t chunk = (int32_t)(i % chunks), tk = (int32_t)(i / chunks);
@@ -286,15 +286,20 @@ static void attn_range(void *p, long b, long e, int ith) {
         const int n_keys = pos - lo + 1;
         if (rows_for != tk) {
             for (int j = 0; j < n_keys; j++) {
-                krows[j] = gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D;
-                vrows[j] = gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D;
+                krows[j] = (const uint8_t *)gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D * x->l->elem;
+                vrows[j] = (const uint8_t *)gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D * x->l->elem;
             }
             rows_for = tk;
         }
         const int32_t h0 = kvh * group + chunk * ATTN_MAX_GROUP;
         const int32_t G = group - chunk * ATTN_MAX_GROUP < ATTN_MAX_GROUP ? group - chunk * ATTN_MAX_GROUP : ATTN_MAX_GROUP;
         const size_t off = ((size_t)t * a->n_head + h0) * D;
-        x->c->attention_group(a->q + off, G, krows, vrows, n_keys, D, scores, a->out + off);
+        if (x->l->elem == sizeof(float))
+            gm_ref_attention_group_f32(a->q + off, G, (const float *const *)krows, (const float *const *)vrows,
+                                       n_keys, D, scores, a->out + off);
+        else
+            x->c->attention_group(a->q + off, G, (const gm_f16 *const *)krows, (const gm_f16 *const *)vrows, n_keys,
+                                  D, scores, a->out + off);
     }
 }
 
@@ -304,8 +309,13 @@ static void cpu_attention(gm_backend *b, const gm_attn_args *a) {
     const int32_t row = a->n_head_kv * a->head_dim;
     if (a->write_kv)
         for (int32_t t = 0; t < a->n_tokens; t++) {
-            gm_f16 *kd = gm_kv_k(l, a->seq[t], a->pos[t]), *vd = gm_kv_v(l, a->seq[t], a->pos[t]);
             const float *ks = a->k + (int64_t)t * row, *vs = a->v + (int64_t)t * row;
+            if (l->elem == sizeof(float)) {
+                memcpy(gm_kv_k(l, a->seq[t], a->pos[t]), ks, sizeof(float) * (size_t)row);
+                memcpy(gm_kv_v(l, a->seq[t], a->pos[t]), vs, sizeof(float) * (size_t)row);
+                continue;
+            }
+            gm_f16 *kd = gm_kv_k(l, a->seq[t], a->pos[t]), *vd = gm_kv_v(l, a->seq[t], a->pos[t]);
             for (int32_t j = 0; j < row; j++) {
                 kd[j] = gm_f32_to_f16(ks[j]);
                 vd[j] = gm_f32_to_f16(vs[j]);
@@ -332,7 +342,7 @@ static gemmac_status cpu_reserve(gm_backend *b, int32_t n_tokens, int64_t max_ro
         const size_t nth = (size_t)gm_pool_size(c->pool);
         float *s = realloc(c->attn_scores, sizeof(float) * nth * ATTN_MAX_GROUP * (size_t)max_keys);
         if (s) c->attn_scores = s;
-        const gm_f16 **r = realloc(c->attn_rows, sizeof(*r) * 2 * nth * (size_t)max_keys);
+        const void **r = realloc(c->attn_rows, sizeof(*r) * 2 * nth * (size_t)max_keys);
         if (r) c->attn_rows = r;
         if (!s || !r) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: no memory for attention scratch");
         c->attn_cap = max_keys;

@@ -69,3 +69,24 @@ void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const
     for (int g = 0; g < G; g++)
         gm_ref_attention_head(q + (size_t)g * D, k, v, n_keys, D, scores + (size_t)g * n_keys, out + (size_t)g * D);
 }
+
+void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
+                                int D, float *scores, float *out) {
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * D;
+        float *sg = scores + (size_t)g * n_keys, *og = out + (size_t)g * D;
+        float max = -INFINITY;
+        for (int i = 0; i < n_keys; i++) {
+            float s = 0.0f;
+            for (int j = 0; j < D; j++) s += qg[j] * k[i][j];
+            sg[i] = s;
+            if (s > max) max = s;
+        }
+        const float inv = gm_ref_softmax_exp(sg, n_keys, max);
+        for (int j = 0; j < D; j++) og[j] = 0.0f;
+        for (int i = 0; i < n_keys; i++) {
+            const float p = sg[i] * inv;
+            for (int j = 0; j < D; j++) og[j] += p * v[i][j];
+        }
+    }
+}

@@ -36,4 +36,8 @@ void gm_ref_attention_head(const float *q, const gm_f16 *const *k, const gm_f16 
 void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const gm_f16 *const *v, int n_keys,
                             int D, float *scores, float *out);
 
+/* gm_ref_attention_group over f32 keys and values (the f32 KV cache). */
+void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
+                                int D, float *scores, float *out);
+
 #endif

@@ -13,18 +13,18 @@ static int32_t layer_slots(const gm_hparams *hp, int il, int32_t n_ctx, int32_t 
     return n_ctx;
 }
 
-uint64_t gm_kv_cache_bytes(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch) {
+uint64_t gm_kv_cache_bytes(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch, bool f32) {
     uint64_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         if (hp->layer[il].kv_source != il) continue;
         bool ring;
         const uint64_t slots = (uint64_t)layer_slots(hp, il, n_ctx, n_batch, &ring);
-        total += 2ull * slots * (uint64_t)n_seq * hp->layer[il].n_head_kv * hp->layer[il].head_dim * sizeof(gm_f16);
+        total += 2ull * slots * (uint64_t)n_seq * hp->layer[il].n_head_kv * hp->layer[il].head_dim * (f32 ? 4u : 2u);
     }
     return total;
 }
 
-gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch,
+gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch, bool f32,
                               gm_kv_cache **out, gm_error *err) {
     *out = NULL;
     gm_kv_cache *kv = calloc(1, sizeof *kv);
@@ -32,6 +32,7 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
     kv->n_seq = n_seq;
     kv->n_ctx = n_ctx;
     kv->n_layer = hp->n_layer;
+    kv->f32 = f32;
     kv->seq_len = calloc((size_t)n_seq, sizeof *kv->seq_len);
     kv->layer = calloc((size_t)hp->n_layer, sizeof *kv->layer);
     if (!kv->seq_len || !kv->layer) goto oom;
@@ -41,11 +42,12 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
         l->owned = true;
         l->n_slots = layer_slots(hp, il, n_ctx, n_batch, &l->ring);
         l->row = hp->layer[il].n_head_kv * hp->layer[il].head_dim;
+        l->elem = f32 ? sizeof(float) : sizeof(gm_f16);
         const size_t n = (size_t)n_seq * l->n_slots * l->row;
-        l->k = malloc(n * sizeof(gm_f16));
-        l->v = malloc(n * sizeof(gm_f16));
+        l->k = malloc(n * l->elem);
+        l->v = malloc(n * l->elem);
         if (!l->k || !l->v) goto oom;
-        kv->bytes += 2 * n * sizeof(gm_f16);
+        kv->bytes += 2 * n * l->elem;
     }
     *out = kv;
     return GEMMAC_OK;

@@ -55,6 +55,10 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
         goto fail;
     }
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    if (p.type_kv != GEMMAC_KV_F16 && p.type_kv != GEMMAC_KV_F32) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "KV cache type %d is not f16 (0) or f32 (1)", (int)p.type_kv);
+        goto fail;
+    }
     if (p.n_threads < 0 || p.n_threads > 512) {
         st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "thread count %d is outside [0, 512]", p.n_threads);
         goto fail;
@@ -67,7 +71,7 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
     c->model = model;
     c->p = p;
     if ((st = gm_backend_cpu_new(p.n_threads, &c->backend, &err)) != GEMMAC_OK) goto fail;
-    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, &c->kv, &err)) != GEMMAC_OK) goto fail;
+    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, p.type_kv == GEMMAC_KV_F32, &c->kv, &err)) != GEMMAC_OK) goto fail;
     if ((st = gm_scratch_new(model, c->backend, p.n_batch, &c->scratch, &err)) != GEMMAC_OK) goto fail;
     int64_t max_row = hp->n_embd;
     for (int il = 0; il < hp->n_layer; il++) {

@@ -1,72 +1,65 @@
-/* gemma3.c: Gemma 3 (gemma-architecture.md §1.2, §2.7): hyper-parameters from GGUF metadata, weight
- * binding, and the forward pass written once over the backend ops for a batch of tokens from any number
+/* gemma3.c: Gemma 3 (gemma-architecture.md §1.2, §2.7): hyper-parameters from GGUF metadata or config.json,
+ * the list of its weights (GGUF and Hugging Face names), and the forward pass written once over the backend ops for a batch of tokens from any number
  * of sequences. GGUF stores Gemma 3 norm weights with the +1 already added, so norms multiply by w. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/arch_common.h"
 #include "model/model.h"
 
-static gemmac_status get_u32_in(const gm_gguf *g, const char *key, uint32_t lo, uint32_t hi, uint32_t *out,
-                                gm_error *err) {
-    gemmac_status st = gm_gguf_get_u32(g, key, out, err);
-    if (st == GEMMAC_ERR_NOT_FOUND) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "required key %s is missing", key);
-    if (st != GEMMAC_OK) return st;
-    if (*out < lo || *out > hi) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s = %u is outside [%u, %u]", key, *out, lo, hi);
+/* Fills what every layer shares once n_layer, the sliding flags and the per-model values are known. */
+static void gemma3_layers(gm_hparams *hp, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_ff,
+                          int32_t n_rot, float base_full, float base_sliding, float scaling) {
+    for (int il = 0; il < hp->n_layer; il++) {
+        gm_layer_hparams *l = &hp->layer[il];
+        l->n_head = n_head;
+        l->n_head_kv = n_head_kv;
+        l->head_dim = head_dim;
+        l->n_ff = n_ff;
+        l->n_rot = n_rot;
+        l->rope_base = l->sliding ? base_sliding : base_full;
+        l->rope_freq_scale = l->sliding ? 1.0f : 1.0f / scaling;
+        l->kv_source = il;
+    }
+}
+
+/* kv_key, dim_key: the keys as the file names them, for messages. */
+static gemmac_status check_heads(int32_t n_head, int32_t n_head_kv, int32_t head_dim, const char *kv_key,
+                                 const char *dim_key, gm_error *err) {
+    if (n_head_kv < 1 || n_head % n_head_kv)
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s = %d does not divide %d heads", kv_key, n_head_kv, n_head);
+    if (head_dim < 2 || head_dim > 1024 || head_dim % 2)
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s = %d is not an even size in [2, 1024]", dim_key, head_dim);
     return GEMMAC_OK;
 }
 
-static gemmac_status get_f32_opt(const gm_gguf *g, const char *key, float def, float *out, gm_error *err) {
-    gemmac_status st = gm_gguf_get_f32(g, key, out, err);
-    if (st == GEMMAC_ERR_NOT_FOUND) {
-        *out = def;
-        return GEMMAC_OK;
-    }
-    if (st == GEMMAC_OK && !isfinite(*out)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s is not finite", key);
-    return st;
-}
-
-static gemmac_status gemma3_hparams(gemmac_model *m, gm_error *err) {
-    const gm_gguf *g = m->gguf;
-    gm_hparams *hp = &m->hp;
-    uint32_t n_embd, n_layer, n_ff, n_head, n_head_kv, n_ctx, head_dim, window = 0;
+static gemmac_status gemma3_hparams_gguf(gm_hparams *hp, const gm_gguf *g, gm_error *err) {
+    uint32_t n_embd, n_layer, n_ff, n_head, n_head_kv, n_ctx, head_dim, window, n_rot, value_len;
     gemmac_status st;
-    if ((st = get_u32_in(g, "gemma3.embedding_length", 1, 65536, &n_embd, err)) ||
-        (st = get_u32_in(g, "gemma3.block_count", 1, GM_MAX_LAYERS, &n_layer, err)) ||
-        (st = get_u32_in(g, "gemma3.feed_forward_length", 1, 1u << 20, &n_ff, err)) ||
-        (st = get_u32_in(g, "gemma3.attention.head_count", 1, 1024, &n_head, err)) ||
-        (st = get_u32_in(g, "gemma3.context_length", 1, 1u << 24, &n_ctx, err)))
+    if ((st = gm_gguf_req_u32(g, "gemma3.embedding_length", 1, 65536, &n_embd, err)) ||
+        (st = gm_gguf_req_u32(g, "gemma3.block_count", 1, GM_MAX_LAYERS, &n_layer, err)) ||
+        (st = gm_gguf_req_u32(g, "gemma3.feed_forward_length", 1, 1u << 20, &n_ff, err)) ||
+        (st = gm_gguf_req_u32(g, "gemma3.attention.head_count", 1, 1024, &n_head, err)) ||
+        (st = gm_gguf_req_u32(g, "gemma3.context_length", 1, 1u << 24, &n_ctx, err)) ||
+        (st = gm_gguf_opt_u32(g, "gemma3.attention.head_count_kv", 1, 1024, n_head, &n_head_kv, err)) ||
+        (st = gm_gguf_opt_u32(g, "gemma3.attention.key_length", 2, 1024, n_embd / n_head, &head_dim, err)) ||
+        (st = gm_gguf_opt_u32(g, "gemma3.attention.value_length", 2, 1024, head_dim, &value_len, err)) ||
+        (st = gm_gguf_opt_u32(g, "gemma3.attention.sliding_window", 0, 1u << 24, 0, &window, err)) ||
+        (st = gm_gguf_opt_u32(g, "gemma3.rope.dimension_count", 2, head_dim, head_dim, &n_rot, err)))
         return st;
-    st = gm_gguf_get_u32(g, "gemma3.attention.head_count_kv", &n_head_kv, err);
-    if (st == GEMMAC_ERR_NOT_FOUND) n_head_kv = n_head;
-    else if (st != GEMMAC_OK) return st;
-    if (n_head_kv < 1 || n_head % n_head_kv)
-        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.attention.head_count_kv = %u does not divide %u heads",
-                       n_head_kv, n_head);
-    st = gm_gguf_get_u32(g, "gemma3.attention.key_length", &head_dim, err);
-    if (st == GEMMAC_ERR_NOT_FOUND) head_dim = n_embd / n_head;
-    else if (st != GEMMAC_OK) return st;
-    if (head_dim < 2 || head_dim > 1024 || head_dim % 2)
-        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.attention.key_length = %u is not an even size in [2, 1024]", head_dim);
-    uint32_t value_len;
-    st = gm_gguf_get_u32(g, "gemma3.attention.value_length", &value_len, err);
-    if (st == GEMMAC_OK && value_len != head_dim)
+    if ((st = check_heads((int32_t)n_head, (int32_t)n_head_kv, (int32_t)head_dim, "gemma3.attention.head_count_kv",
+                          "gemma3.attention.key_length", err)))
+        return st;
+    if (value_len != head_dim)
         return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "value_length %u differs from key_length %u", value_len, head_dim);
-    if (st != GEMMAC_OK && st != GEMMAC_ERR_NOT_FOUND) return st;
-    st = gm_gguf_get_u32(g, "gemma3.attention.sliding_window", &window, err);
-    if (st != GEMMAC_OK && st != GEMMAC_ERR_NOT_FOUND) return st;
-    uint32_t n_rot = head_dim;
-    st = gm_gguf_get_u32(g, "gemma3.rope.dimension_count", &n_rot, err);
-    if (st == GEMMAC_ERR_NOT_FOUND) n_rot = head_dim;
-    else if (st != GEMMAC_OK) return st;
-    if (n_rot < 2 || n_rot > head_dim || n_rot % 2)
-        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.dimension_count = %u is not even and <= %u", n_rot, head_dim);
+    if (n_rot % 2) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.dimension_count = %u is not even", n_rot);
 
-    float eps, base, scaling = 1.0f;
-    if ((st = get_f32_opt(g, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f, &eps, err)) ||
-        (st = get_f32_opt(g, "gemma3.rope.freq_base", 1e6f, &base, err)) ||
-        (st = get_f32_opt(g, "gemma3.rope.scaling.factor", 1.0f, &scaling, err)))
+    float eps, base, scaling;
+    if ((st = gm_gguf_opt_f32(g, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f, &eps, err)) ||
+        (st = gm_gguf_opt_f32(g, "gemma3.rope.freq_base", 1e6f, &base, err)) ||
+        (st = gm_gguf_opt_f32(g, "gemma3.rope.scaling.factor", 1.0f, &scaling, err)))
         return st;
     gm_str scaling_type;
     if (gm_gguf_get_str(g, "gemma3.rope.scaling.type", &scaling_type, NULL) == GEMMAC_OK &&
@@ -78,7 +71,9 @@ static gemmac_status gemma3_hparams(gemmac_model *m, gm_error *err) {
     if (!(scaling >= 1 && scaling <= 1024))
         return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.scaling.factor %g is not in [1, 1024]", scaling);
 
+    memset(hp, 0, sizeof *hp);
     hp->arch = GM_ARCH_GEMMA3;
+    if ((st = gm_gguf_embd_rows(g, "token_embd.weight", &hp->n_vocab, err))) return st;
     hp->n_embd = (int32_t)n_embd;
     hp->n_layer = (int32_t)n_layer;
     hp->n_ctx_train = (int32_t)n_ctx;
@@ -88,67 +83,90 @@ static gemmac_status gemma3_hparams(gemmac_model *m, gm_error *err) {
     /* The query scale is query_pre_attn_scalar^-1/2, which GGUF does not store: it is head_dim for every
      * released size but the 27B (62 layers), where it is n_embd / n_head (llama.cpp derives it the same way). */
     hp->attn_scale = n_layer == 62 ? 1.0f / sqrtf((float)n_embd / (float)n_head) : 1.0f / sqrtf((float)head_dim);
-    hp->final_softcap = 0.0f;
-    for (uint32_t il = 0; il < n_layer; il++) {
-        gm_layer_hparams *l = &hp->layer[il];
-        /* Five sliding layers, then one full layer (llama.cpp's swa pattern 6). */
-        l->sliding = window > 0 && (il + 1) % 6 != 0;
-        l->n_head = (int32_t)n_head;
-        l->n_head_kv = (int32_t)n_head_kv;
-        l->head_dim = (int32_t)head_dim;
-        l->n_ff = (int32_t)n_ff;
-        l->n_rot = (int32_t)n_rot;
-        l->rope_base = l->sliding ? 10000.0f : base;
-        l->rope_freq_scale = l->sliding ? 1.0f : 1.0f / scaling;
-        l->kv_source = (int32_t)il;
-    }
+    /* Five sliding layers, then one full layer (llama.cpp's swa pattern 6). */
+    for (uint32_t il = 0; il < n_layer; il++) hp->layer[il].sliding = window > 0 && (il + 1) % 6 != 0;
+    gemma3_layers(hp, (int32_t)n_head, (int32_t)n_head_kv, (int32_t)head_dim, (int32_t)n_ff, (int32_t)n_rot, base,
+                  10000.0f, scaling);
     return GEMMAC_OK;
 }
 
-static gemmac_status gemma3_load(gemmac_model *m, gm_error *err) {
-    gemmac_status st = gemma3_hparams(m, err);
-    if (st != GEMMAC_OK) return st;
-    gm_hparams *hp = &m->hp;
-    const gm_gguf_tensor *emb = gm_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor token_embd.weight is missing");
-    if (emb->ne[1] < 1 || emb->ne[1] > (1 << 24))
-        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "token_embd.weight has %lld rows", (long long)emb->ne[1]);
-    hp->n_vocab = (int32_t)emb->ne[1];
-
-    const int64_t H = hp->n_embd, V = hp->n_vocab;
-    gm_weights *w = &m->w;
-    if ((st = gm_bind_tensor(m, &w->tok_embd, "token_embd.weight", 2, (int64_t[]){H, V}, false, err)) ||
-        (st = gm_bind_vector(m, &w->output_norm, "output_norm.weight", H, err)) ||
-        (st = gm_bind_tensor(m, &w->output, "output.weight", 2, (int64_t[]){H, V}, true, err)))
+static gemmac_status gemma3_hparams_hf(gm_hparams *hp, const gm_hf_config *c, gm_error *err) {
+    memset(hp, 0, sizeof *hp);
+    hp->arch = GM_ARCH_GEMMA3;
+    int32_t n_head, n_head_kv, head_dim, n_ff, qpas;
+    float softcap;
+    gm_hf_rope full, sliding;
+    gemmac_status st;
+    if ((st = gm_hf_req_int(c, "vocab_size", 1, 1 << 24, &hp->n_vocab, err)) ||
+        (st = gm_hf_req_int(c, "hidden_size", 1, 65536, &hp->n_embd, err)) ||
+        (st = gm_hf_req_int(c, "num_hidden_layers", 1, GM_MAX_LAYERS, &hp->n_layer, err)) ||
+        (st = gm_hf_req_int(c, "intermediate_size", 1, 1 << 20, &n_ff, err)) ||
+        (st = gm_hf_req_int(c, "num_attention_heads", 1, 1024, &n_head, err)) ||
+        (st = gm_hf_opt_int(c, "num_key_value_heads", 1, 1024, n_head, &n_head_kv, err)) ||
+        (st = gm_hf_opt_int(c, "head_dim", 2, 1024, 256, &head_dim, err)) ||
+        (st = gm_hf_opt_int(c, "query_pre_attn_scalar", 1, 1 << 20, head_dim, &qpas, err)) ||
+        (st = gm_hf_opt_int(c, "max_position_embeddings", 1, 1 << 24, 131072, &hp->n_ctx_train, err)) ||
+        (st = gm_hf_opt_int(c, "sliding_window", 0, 1 << 24, 0, &hp->sliding_window, err)) ||
+        (st = gm_hf_opt_float(c, "rms_norm_eps", 1e-6, &hp->norm_eps, err)) ||
+        (st = gm_hf_opt_float(c, "final_logit_softcapping", 0.0, &softcap, err)) ||
+        (st = gm_hf_layer_types(c, hp, 6, err)) ||
+        (st = gm_hf_rope_of(c, "full_attention", 1e6f, &full, err)) ||
+        (st = gm_hf_rope_of(c, "sliding_attention", 1e4f, &sliding, err)))
         return st;
-    if (!w->output.data) w->output = w->tok_embd; /* tied */
-    w->layer = calloc((size_t)hp->n_layer, sizeof *w->layer);
-    if (!w->layer) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+    if ((st = check_heads(n_head, n_head_kv, head_dim, "config.json: num_key_value_heads", "config.json: head_dim", err)))
+        return st;
+    if (!(hp->norm_eps > 0 && hp->norm_eps < 1))
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "config.json: rms_norm_eps %g is not in (0, 1)", hp->norm_eps);
+    if (gm_hf_kind_of(c, "attn_logit_softcapping") == GM_HF_NUMBER)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "config.json: attn_logit_softcapping is not supported");
+    if (full.partial != 1.0f || sliding.partial != 1.0f || full.proportional || sliding.proportional)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "config.json: partial or proportional RoPE on a Gemma 3 model");
+    hp->final_softcap = softcap > 0 ? softcap : 0.0f;
+    hp->embed_scale = sqrtf((float)hp->n_embd);
+    hp->attn_scale = 1.0f / sqrtf((float)qpas);
+    gemma3_layers(hp, n_head, n_head_kv, head_dim, n_ff, head_dim, full.theta, sliding.theta, full.factor);
+    for (int il = 0; il < hp->n_layer; il++)
+        if (hp->layer[il].sliding) hp->layer[il].rope_freq_scale = 1.0f / sliding.factor;
+    return GEMMAC_OK;
+}
+
+static gemmac_status gemma3_manifest(const gm_hparams *hp, gm_weights *w, gm_spec_fn fn, void *ud, gm_error *err) {
+    const int64_t H = hp->n_embd, V = hp->n_vocab;
+    gemmac_status st;
+#define DECL(idx, dst, gguf, hf, role, opt, nd, ...) \
+    if ((st = gm_declare(fn, ud, idx, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0}, err))) \
+        return st
+    DECL(-1, &w->tok_embd, "token_embd.weight", "embed_tokens.weight", GM_ROLE_EMBED, false, 2, H, V);
+    DECL(-1, &w->output_norm, "output_norm.weight", "norm.weight", GM_ROLE_NORM, false, 1, H);
+    DECL(-1, &w->output, "output.weight", "lm_head.weight", GM_ROLE_MATRIX, true, 2, H, V);
     for (int il = 0; il < hp->n_layer; il++) {
         const gm_layer_hparams *l = &hp->layer[il];
         gm_layer_weights *lw = &w->layer[il];
-        const int64_t qd = (int64_t)l->n_head * l->head_dim, kvd = (int64_t)l->n_head_kv * l->head_dim, F = l->n_ff;
-        char n[13][64];
-        const char *suffix[13] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm",
-                                  "attn_k_norm", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-                                  "post_ffw_norm"};
-        for (int i = 0; i < 13; i++) snprintf(n[i], sizeof n[i], "blk.%d.%s.weight", il, suffix[i]);
-        if ((st = gm_bind_vector(m, &lw->attn_norm, n[0], H, err)) ||
-            (st = gm_bind_tensor(m, &lw->wq, n[1], 2, (int64_t[]){H, qd}, false, err)) ||
-            (st = gm_bind_tensor(m, &lw->wk, n[2], 2, (int64_t[]){H, kvd}, false, err)) ||
-            (st = gm_bind_tensor(m, &lw->wv, n[3], 2, (int64_t[]){H, kvd}, false, err)) ||
-            (st = gm_bind_tensor(m, &lw->wo, n[4], 2, (int64_t[]){qd, H}, false, err)) ||
-            (st = gm_bind_vector(m, &lw->q_norm, n[5], l->head_dim, err)) ||
-            (st = gm_bind_vector(m, &lw->k_norm, n[6], l->head_dim, err)) ||
-            (st = gm_bind_vector(m, &lw->post_attn_norm, n[7], H, err)) ||
-            (st = gm_bind_vector(m, &lw->ffn_norm, n[8], H, err)) ||
-            (st = gm_bind_tensor(m, &lw->ffn_gate, n[9], 2, (int64_t[]){H, F}, false, err)) ||
-            (st = gm_bind_tensor(m, &lw->ffn_up, n[10], 2, (int64_t[]){H, F}, false, err)) ||
-            (st = gm_bind_tensor(m, &lw->ffn_down, n[11], 2, (int64_t[]){F, H}, false, err)) ||
-            (st = gm_bind_vector(m, &lw->post_ffw_norm, n[12], H, err)))
-            return st;
+        const int64_t D = l->head_dim, qd = (int64_t)l->n_head * D, kvd = (int64_t)l->n_head_kv * D, F = l->n_ff;
+        DECL(il, &lw->attn_norm, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", GM_ROLE_NORM, false, 1, H);
+        DECL(il, &lw->wq, "blk.%d.attn_q.weight", "layers.%d.self_attn.q_proj.weight", GM_ROLE_MATRIX, false, 2, H, qd);
+        DECL(il, &lw->wk, "blk.%d.attn_k.weight", "layers.%d.self_attn.k_proj.weight", GM_ROLE_MATRIX, false, 2, H, kvd);
+        DECL(il, &lw->wv, "blk.%d.attn_v.weight", "layers.%d.self_attn.v_proj.weight", GM_ROLE_MATRIX, false, 2, H, kvd);
+        DECL(il, &lw->wo, "blk.%d.attn_output.weight", "layers.%d.self_attn.o_proj.weight", GM_ROLE_MATRIX, false, 2, qd, H);
+        DECL(il, &lw->q_norm, "blk.%d.attn_q_norm.weight", "layers.%d.self_attn.q_norm.weight", GM_ROLE_NORM, false, 1, D);
+        DECL(il, &lw->k_norm, "blk.%d.attn_k_norm.weight", "layers.%d.self_attn.k_norm.weight", GM_ROLE_NORM, false, 1, D);
+        DECL(il, &lw->post_attn_norm, "blk.%d.post_attention_norm.weight", "layers.%d.post_attention_layernorm.weight",
+             GM_ROLE_NORM, false, 1, H);
+        DECL(il, &lw->ffn_norm, "blk.%d.ffn_norm.weight", "layers.%d.pre_feedforward_layernorm.weight", GM_ROLE_NORM,
+             false, 1, H);
+        DECL(il, &lw->ffn_gate, "blk.%d.ffn_gate.weight", "layers.%d.mlp.gate_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
+        DECL(il, &lw->ffn_up, "blk.%d.ffn_up.weight", "layers.%d.mlp.up_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
+        DECL(il, &lw->ffn_down, "blk.%d.ffn_down.weight", "layers.%d.mlp.down_proj.weight", GM_ROLE_MATRIX, false, 2, F, H);
+        DECL(il, &lw->post_ffw_norm, "blk.%d.post_ffw_norm.weight", "layers.%d.post_feedforward_layernorm.weight",
+             GM_ROLE_NORM, false, 1, H);
     }
-    m->chat_format = GM_CHAT_GEMMA3;
+#undef DECL
+    return GEMMAC_OK;
+}
+
+static gemmac_status gemma3_finish(gemmac_model *m, gm_error *err) {
+    (void)err;
+    if (!m->w.output.data) m->w.output = m->w.tok_embd; /* tied */
     return GEMMAC_OK;
 }
 
@@ -207,4 +225,17 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
     return GEMMAC_OK;
 }
 
-const gm_arch_impl gm_arch_gemma3 = {.name = "gemma3", .load = gemma3_load, .forward = gemma3_forward};
+static const char *const gemma3_hf_types[] = {"gemma3_text", "gemma3", NULL};
+
+const gm_arch_impl gm_arch_gemma3 = {
+    .name = "gemma3",
+    .hf_model_types = gemma3_hf_types,
+    .hf_norm_shift = 1.0f, /* HF Gemma 3 norms multiply by (1 + w); GGUF stores the sum */
+    .chat_format = GM_CHAT_GEMMA3,
+    .hparams_gguf = gemma3_hparams_gguf,
+    .hparams_hf = gemma3_hparams_hf,
+    .manifest = gemma3_manifest,
+    .finish = gemma3_finish,
+    .write_hparams = NULL, /* gemma3_write_hparams */
+    .forward = gemma3_forward,
+};

@@ -8,67 +8,247 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "kv/kv_cache.h"
 
-static const gm_arch_impl *const g_archs[] = {&gm_arch_gemma3};
+static const gm_arch_impl *const g_archs[] = {&gm_arch_gemma3, &gm_arch_gemma3n, &gm_arch_gemma4};
+
+const gm_arch_impl *gm_arch_by_name(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        if (strlen(g_archs[i]->name) == len && memcmp(g_archs[i]->name, name, len) == 0) return g_archs[i];
+    return NULL;
+}
+
+const gm_arch_impl *gm_arch_by_hf_type(const char *model_type) {
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        for (const char *const *t = g_archs[i]->hf_model_types; t && *t; t++)
+            if (strcmp(*t, model_type) == 0) return g_archs[i];
+    return NULL;
+}
 
 gemmac_model_params gemmac_model_default_params(void) {
     gemmac_model_params p = {.progress = NULL, .progress_user_data = NULL};
     return p;
 }
 
-static gemmac_status bind_check(const gm_gguf_tensor *gt, const char *name, int n_dims, const int64_t *shape,
-                                gm_error *err) {
-    for (int i = 0; i < GM_GGUF_MAX_DIMS; i++) {
-        const int64_t want = i < n_dims ? shape[i] : 1;
-        if (gt->ne[i] != want) {
-            char got[96], exp[96];
-            snprintf(got, sizeof got, "[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", gt->ne[0], gt->ne[1],
-                     gt->ne[2], gt->ne[3]);
-            snprintf(exp, sizeof exp, "[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", n_dims > 0 ? shape[0] : 1,
-                     n_dims > 1 ? shape[1] : 1, n_dims > 2 ? shape[2] : 1, n_dims > 3 ? shape[3] : 1);
-            return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor %s: shape %s, expected %s", name, got, exp);
-        }
-    }
-    return GEMMAC_OK;
+void *gm_model_alloc(gemmac_model *m, size_t n) {
+    void **nv = realloc(m->owned, sizeof *nv * (size_t)(m->n_owned + 1));
+    if (!nv) return NULL;
+    m->owned = nv;
+    void *p = malloc(n ? n : 1);
+    if (p) m->owned[m->n_owned++] = p;
+    return p;
 }
 
-gemmac_status gm_bind_tensor(gemmac_model *m, gm_tensor *t, const char *name, int n_dims, const int64_t *shape,
-                             bool optional, gm_error *err) {
+/* ---- binding the manifest ---- */
+
+static void shape_str(char *buf, size_t n, const int64_t *ne, int n_dims) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < n_dims && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, i ? ", " : "", ne[i]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+/* ne (the file's, 4 or 8 dims, trailing 1) against want[0..n_dims-1]. */
+static bool same_shape(const int64_t *ne, int max_dims, const int64_t *want, int n_dims) {
+    for (int i = 0; i < max_dims; i++)
+        if (ne[i] != (i < n_dims ? want[i] : 1)) return false;
+    return true;
+}
+
+typedef struct bind_ctx {
+    gemmac_model *m;
+} bind_ctx;
+
+static gemmac_status bind_one(void *ud, const gm_tensor_spec *s, gm_error *err) {
+    gemmac_model *m = ((bind_ctx *)ud)->m;
+    gm_tensor *t = s->dst;
     memset(t, 0, sizeof *t);
-    const gm_gguf_tensor *gt = gm_gguf_find_tensor(m->gguf, name);
-    if (!gt) {
-        if (optional) return GEMMAC_OK;
-        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor %s is missing", name);
+    const bool sliced = s->n_slices > 1;
+    int64_t want[5];
+    int want_dims = s->n_dims;
+    memcpy(want, s->ne, sizeof s->ne);
+    const void *data = NULL;
+    gm_type type;
+    char full[256];
+    const char *shown;
+    int64_t file_ne[8];
+    int file_dims;
+    if (m->gguf) {
+        shown = s->gguf;
+        const gm_gguf_tensor *gt = gm_gguf_find_tensor(m->gguf, s->gguf);
+        if (!gt) {
+            if (s->optional) return GEMMAC_OK;
+            return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor %s is missing", s->gguf);
+        }
+        if (sliced) want[want_dims++] = s->n_slices;
+        memcpy(file_ne, gt->ne, sizeof gt->ne);
+        file_dims = GM_GGUF_MAX_DIMS;
+        type = gt->type;
+        data = gt->data;
+    } else {
+        if (!s->hf) return GEMMAC_OK; /* not in checkpoints: the arch's finish derives it */
+        snprintf(full, sizeof full, "%s%s", m->hf_prefix, s->hf);
+        shown = full;
+        const gm_st_tensor *st = gm_st_set_find(m->st, full, NULL);
+        if (!st) {
+            if (s->optional) return GEMMAC_OK;
+            return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor %s (%s) is missing", full, s->gguf);
+        }
+        gemmac_status ts = gm_st_weight_type(st, &type, err);
+        if (ts != GEMMAC_OK) return ts;
+        memcpy(file_ne, st->ne, sizeof st->ne);
+        file_dims = GM_ST_MAX_DIMS;
+        data = st->data;
     }
-    gemmac_status st = bind_check(gt, name, n_dims, shape, err);
-    if (st != GEMMAC_OK) return st;
-    t->name = gt->name.ptr; /* not NUL-terminated; messages use the caller's name */
-    t->type = gt->type;
-    memcpy(t->ne, gt->ne, sizeof t->ne);
-    t->row_bytes = gm_row_bytes(gm_type_traits_of(gt->type), gt->ne[0]);
-    t->data = gt->data;
+    if (!same_shape(file_ne, file_dims, want, want_dims)) {
+        char got[128], exp[128];
+        int nd = file_dims;
+        while (nd > 1 && file_ne[nd - 1] == 1) nd--;
+        shape_str(got, sizeof got, file_ne, nd);
+        shape_str(exp, sizeof exp, want, want_dims);
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "tensor %s: shape %s, expected %s", shown, got, exp);
+    }
+    const gm_type_traits *tr = gm_type_traits_of(type);
+    int64_t rows = 1;
+    for (int i = 1; i < s->n_dims; i++) rows *= s->ne[i];
+    const uint64_t row_bytes = gm_row_bytes(tr, s->ne[0]);
+    const uint64_t bytes = row_bytes * (uint64_t)rows;
+    if (sliced) data = (const uint8_t *)data + bytes * (uint64_t)s->slice;
+    t->name = m->gguf ? s->gguf : NULL; /* names are the caller's (stack) strings: kept only for GGUF */
+    t->type = type;
+    for (int i = 0; i < 4; i++) t->ne[i] = i < s->n_dims ? s->ne[i] : 1;
+    t->row_bytes = row_bytes;
+    t->data = data;
+    m->n_params += (uint64_t)rows * (uint64_t)s->ne[0];
+    m->weight_bytes += bytes;
+    if ((int)type < GM_TYPE_COUNT) {
+        m->type_bytes[type] += bytes;
+        m->type_count[type]++;
+    }
+    const size_t elem = type == GM_TYPE_F32 ? 4 : type == GM_TYPE_F16 || type == GM_TYPE_BF16 ? 2 : 1;
+    const bool as_f32 = s->role == GM_ROLE_NORM || s->role == GM_ROLE_VECTOR || s->role == GM_ROLE_ROPE_FREQS;
+    const float shift = !m->gguf && s->role == GM_ROLE_NORM ? m->arch->hf_norm_shift : 0.0f;
+    const bool misaligned = ((uintptr_t)data % elem) != 0;
+    if ((as_f32 && (type != GM_TYPE_F32 || shift != 0.0f)) || misaligned) {
+        /* an owned copy: f32 for vectors (shifted norms), or the same type at an aligned address */
+        const int64_t n = rows * s->ne[0];
+        const bool to_f32 = as_f32;
+        void *buf = gm_model_alloc(m, to_f32 ? (size_t)n * sizeof(float) : (size_t)bytes);
+        if (!buf) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory converting %s", shown);
+        if (to_f32) {
+            float *f = buf;
+            if (misaligned && type == GM_TYPE_F32) memcpy(f, data, (size_t)n * sizeof(float));
+            else if (misaligned) {
+                void *tmp = malloc((size_t)bytes);
+                if (!tmp) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory converting %s", shown);
+                memcpy(tmp, data, (size_t)bytes);
+                tr->dequantize(tmp, f, n);
+                free(tmp);
+            } else if (type == GM_TYPE_F32) memcpy(f, data, (size_t)n * sizeof(float));
+            else tr->dequantize(data, f, n);
+            for (int64_t i = 0; i < n; i++) f[i] += shift;
+            t->type = GM_TYPE_F32;
+            t->row_bytes = (uint64_t)s->ne[0] * sizeof(float);
+        } else {
+            memcpy(buf, data, (size_t)bytes);
+        }
+        t->data = buf;
+    }
     return GEMMAC_OK;
 }
 
-gemmac_status gm_bind_vector(gemmac_model *m, gm_tensor *t, const char *name, int64_t d, gm_error *err) {
-    gemmac_status st = gm_bind_tensor(m, t, name, 1, &d, false, err);
-    if (st != GEMMAC_OK || t->type == GM_TYPE_F32) return st;
-    float **nv = realloc(m->owned_vectors, sizeof *nv * (size_t)(m->n_owned_vectors + 1));
-    if (!nv) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory converting %s", name);
-    m->owned_vectors = nv;
-    float *f = malloc(sizeof(float) * (size_t)d);
-    if (!f) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory converting %s", name);
-    gm_type_traits_of(t->type)->dequantize(t->data, f, d);
-    m->owned_vectors[m->n_owned_vectors++] = f;
-    t->data = f;
-    t->type = GM_TYPE_F32;
-    t->row_bytes = (uint64_t)d * sizeof(float);
-    return GEMMAC_OK;
+gemmac_status gm_model_bind(gemmac_model *m, gm_error *err) {
+    if (!m->w.layer) {
+        m->w.layer = calloc((size_t)m->hp.n_layer, sizeof *m->w.layer);
+        if (!m->w.layer) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+    }
+    bind_ctx c = {m};
+    gemmac_status st = m->arch->manifest(&m->hp, &m->w, bind_one, &c, err);
+    if (st != GEMMAC_OK) return st;
+    if (m->arch->finish) st = m->arch->finish(m, err);
+    return st;
+}
+
+gemmac_status gm_declare(gm_spec_fn fn, void *ud, int idx, const gm_tensor_spec *spec, gm_error *err) {
+    char gguf[128], hf[192];
+    gm_tensor_spec s = *spec;
+    snprintf(gguf, sizeof gguf, spec->gguf, idx);
+    s.gguf = gguf;
+    if (spec->hf) {
+        snprintf(hf, sizeof hf, spec->hf, idx);
+        s.hf = hf;
+    }
+    return fn(ud, &s, err);
 }
 
 static bool report(const gemmac_model_params *p, float v) {
     return !p->progress || p->progress(v, p->progress_user_data);
+}
+
+static bool is_directory(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* The arch and hyper-parameters of a GGUF file. */
+static gemmac_status open_gguf(gemmac_model *m, const char *path, gm_error *err) {
+    gemmac_status st = gm_gguf_open(path, &m->gguf, err);
+    if (st != GEMMAC_OK) return st;
+    gm_str arch;
+    st = gm_gguf_get_str(m->gguf, "general.architecture", &arch, err);
+    if (st == GEMMAC_ERR_NOT_FOUND) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "no general.architecture key");
+    if (st != GEMMAC_OK) return st;
+    m->arch = gm_arch_by_name(arch.ptr, arch.len);
+    if (!m->arch)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED,
+                       "architecture '%.*s' is not supported (supported: gemma3, gemma3n, gemma4)",
+                       (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    gm_str name;
+    if (gm_gguf_get_str(m->gguf, "general.name", &name, NULL) == GEMMAC_OK)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 127 ? 127 : name.len), name.ptr);
+    snprintf(m->source, sizeof m->source, "gguf v%u", gm_gguf_version(m->gguf));
+    return m->arch->hparams_gguf(&m->hp, m->gguf, err);
+}
+
+/* The arch and hyper-parameters of a Hugging Face checkpoint directory. */
+static gemmac_status open_hf(gemmac_model *m, const char *dir, gm_error *err) {
+    char cfg_path[4096];
+    if (snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir) >= (int)sizeof cfg_path)
+        return gm_fail(err, GEMMAC_ERR_INVALID_ARG, "path too long");
+    gemmac_status st = gm_hf_config_open(cfg_path, &m->hf, err);
+    if (st != GEMMAC_OK) return st;
+    gm_hf_model_id id;
+    st = gm_hf_config_model_id(m->hf, &id, err);
+    if (st == GEMMAC_ERR_NOT_FOUND) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "config.json has no model_type");
+    if (st != GEMMAC_OK) return st;
+    const char *type = id.text_model_type ? id.text_model_type : id.model_type;
+    m->arch = gm_arch_by_hf_type(type);
+    if (!m->arch)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED,
+                       "config.json model_type '%s' is not supported (supported: gemma3, gemma3n, gemma4, "
+                       "gemma4_unified and their _text models)",
+                       gm_show(type, 64).s);
+    snprintf(m->name, sizeof m->name, "%s", id.architecture ? id.architecture : type);
+    st = m->arch->hparams_hf(&m->hp, gm_hf_config_text(m->hf), err);
+    if (st != GEMMAC_OK) return st;
+    st = gm_st_set_open(dir, &m->st, err);
+    if (st != GEMMAC_OK) return st;
+    snprintf(m->source, sizeof m->source, "safetensors (%u file%s)", gm_st_set_n_files(m->st),
+             gm_st_set_n_files(m->st) == 1 ? "" : "s");
+    static const char *const prefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        char probe[96];
+        snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
+        if (gm_st_set_find(m->st, probe, NULL)) {
+            snprintf(m->hf_prefix, sizeof m->hf_prefix, "%s", prefixes[i]);
+            return GEMMAC_OK;
+        }
+    }
+    return gm_fail(err, GEMMAC_ERR_BAD_FILE, "no embed_tokens.weight tensor (tried model.language_model., model.)");
 }
 
 gemmac_status gemmac_model_load(const char *path, const gemmac_model_params *params, gemmac_model **out, char *errbuf,
@@ -89,41 +269,22 @@ gemmac_status gemmac_model_load(const char *path, const gemmac_model_params *par
         goto done;
     }
     if (!report(params, 0.0f)) goto aborted;
-    st = gm_gguf_open(path, &m->gguf, &err);
+    const bool hf = is_directory(path);
+    st = hf ? open_hf(m, path, &err) : open_gguf(m, path, &err);
     if (st != GEMMAC_OK) goto done;
     if (!report(params, 0.3f)) goto aborted;
-
-    gm_str arch;
-    st = gm_gguf_get_str(m->gguf, "general.architecture", &arch, &err);
-    if (st != GEMMAC_OK) {
-        if (st == GEMMAC_ERR_NOT_FOUND) st = gm_fail(&err, GEMMAC_ERR_BAD_FILE, "%s: no general.architecture key", path);
-        goto done;
-    }
-    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
-        if (gm_str_eq(arch, g_archs[i]->name)) m->arch = g_archs[i];
-    if (!m->arch) {
-        st = gm_fail(&err, GEMMAC_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: gemma3)",
-                     (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-        goto done;
-    }
-    gm_str name;
-    if (gm_gguf_get_str(m->gguf, "general.name", &name, NULL) == GEMMAC_OK)
-        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 127 ? 127 : name.len), name.ptr);
-
-    st = m->arch->load(m, &err);
+    st = gm_model_bind(m, &err);
     if (st != GEMMAC_OK) goto done;
+    m->chat_format = m->arch->chat_format;
     if (!report(params, 0.6f)) goto aborted;
-    st = gm_tokenizer_from_gguf(m->gguf, &m->tok, &err);
-    if (st != GEMMAC_OK) goto done;
-    if (gm_tokenizer_n_tokens(m->tok) > (uint32_t)m->hp.n_vocab) {
+    if (m->gguf) {
+        st = gm_tokenizer_from_gguf(m->gguf, &m->tok, &err);
+        if (st != GEMMAC_OK) goto done;
+    }
+    if (m->tok && gm_tokenizer_n_tokens(m->tok) > (uint32_t)m->hp.n_vocab) {
         st = gm_fail(&err, GEMMAC_ERR_BAD_FILE, "tokenizer has %u tokens but the embedding has %d rows",
                      gm_tokenizer_n_tokens(m->tok), m->hp.n_vocab);
         goto done;
-    }
-    for (uint64_t i = 0; i < gm_gguf_n_tensors(m->gguf); i++) {
-        const gm_gguf_tensor *t = gm_gguf_tensor_at(m->gguf, i);
-        m->n_params += t->n_elements;
-        m->weight_bytes += t->size;
     }
     /* Touch nothing else now: pages of the mapping come in as the forward pass reads them. */
     if (!report(params, 1.0f)) goto aborted;
@@ -145,10 +306,12 @@ done:
 void gemmac_model_free(gemmac_model *m) {
     if (!m) return;
     gm_tokenizer_free(m->tok);
-    for (int32_t i = 0; i < m->n_owned_vectors; i++) free(m->owned_vectors[i]);
-    free(m->owned_vectors);
+    for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     free(m->w.layer);
     gm_gguf_close(m->gguf);
+    gm_st_set_close(m->st);
+    gm_hf_config_close(m->hf);
     free(m);
 }
 
@@ -168,9 +331,9 @@ void gemmac_model_get_info(const gemmac_model *m, gemmac_model_info *info) {
     info->sliding_window = hp->sliding_window;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
-    info->bos = gm_tokenizer_bos(m->tok);
-    info->eos = gm_tokenizer_eos(m->tok);
-    info->eot = gm_tokenizer_eot(m->tok);
+    info->bos = m->tok ? gm_tokenizer_bos(m->tok) : -1;
+    info->eos = m->tok ? gm_tokenizer_eos(m->tok) : -1;
+    info->eot = m->tok ? gm_tokenizer_eot(m->tok) : -1;
 }
 
 /* Appends to a buffer like snprintf, tracking the length needed. */
@@ -197,8 +360,12 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
     const gm_hparams *hp = &m->hp;
     sb_printf(&b, "architecture      %s\n", m->arch->name);
     sb_printf(&b, "name              %s\n", m->name);
-    sb_printf(&b, "gguf version      %u (alignment %" PRIu64 ", %" PRIu64 " tensors, %" PRIu64 " keys)\n",
-              gm_gguf_version(m->gguf), gm_gguf_alignment(m->gguf), gm_gguf_n_tensors(m->gguf), gm_gguf_n_kv(m->gguf));
+    if (m->gguf)
+        sb_printf(&b, "file              gguf v%u (alignment %" PRIu64 ", %" PRIu64 " tensors, %" PRIu64 " keys)\n",
+                  gm_gguf_version(m->gguf), gm_gguf_alignment(m->gguf), gm_gguf_n_tensors(m->gguf),
+                  gm_gguf_n_kv(m->gguf));
+    else
+        sb_printf(&b, "file              Hugging Face checkpoint, %s\n", m->source);
     sb_printf(&b, "parameters        %.1f M\n", m->n_params / 1e6);
     sb_printf(&b, "vocabulary        %d\n", hp->n_vocab);
     sb_printf(&b, "embedding         %d\n", hp->n_embd);
@@ -214,15 +381,7 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
         sb_printf(&b, "%5d  %-7s  %5d  %2d  %8d  %5d  %10g  %g\n", il, l->sliding ? "sliding" : "full", l->n_head,
                   l->n_head_kv, l->head_dim, l->n_ff, l->rope_base, l->rope_freq_scale);
     }
-    /* Tensor bytes by type. */
-    uint64_t bytes[GM_TYPE_COUNT] = {0}, count[GM_TYPE_COUNT] = {0};
-    for (uint64_t i = 0; i < gm_gguf_n_tensors(m->gguf); i++) {
-        const gm_gguf_tensor *t = gm_gguf_tensor_at(m->gguf, i);
-        if ((int)t->type < GM_TYPE_COUNT) {
-            bytes[t->type] += t->size;
-            count[t->type]++;
-        }
-    }
+    const uint64_t *bytes = m->type_bytes, *count = m->type_count;
     sb_printf(&b, "tensors by type\n");
     for (int t = 0; t < GM_TYPE_COUNT; t++)
         if (count[t]) {
@@ -230,14 +389,15 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
             sb_printf(&b, "  %-6s %4" PRIu64 " tensors  %9.2f MiB\n", gm_type_name(t, nb), count[t],
                       bytes[t] / 1048576.0);
         }
-    sb_printf(&b, "tokenizer         %s, %u tokens, bos %d eos %d eot %d\n",
+    if (!m->tok) sb_printf(&b, "tokenizer         none (token ids only)\n");
+    else sb_printf(&b, "tokenizer         %s, %u tokens, bos %d eos %d eot %d\n",
               gm_tokenizer_kind(m->tok) == GM_TOK_SPM ? "sentencepiece (llama)" : "bpe (gemma4)",
               gm_tokenizer_n_tokens(m->tok), gm_tokenizer_bos(m->tok), gm_tokenizer_eos(m->tok),
               gm_tokenizer_eot(m->tok));
     /* One sequence, batches of 512 (the ring of a sliding layer is window + batch). Sliding layers stop
      * growing at their ring; full-attention layers grow with the context. */
-    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, 512);
-    const uint64_t kv_more = gm_kv_cache_bytes(hp, n_ctx + 1024, 1, 512) - kv;
+    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, 512, false);
+    const uint64_t kv_more = gm_kv_cache_bytes(hp, n_ctx + 1024, 1, 512, false) - kv;
     sb_printf(&b, "memory plan       weights %.2f MiB (mapped, not copied)\n", m->weight_bytes / 1048576.0);
     sb_printf(&b, "                  KV cache %.2f MiB for %d tokens of one sequence (f16), +%.2f MiB per 1K more\n",
               kv / 1048576.0, n_ctx, kv_more / 1048576.0);

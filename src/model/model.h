@@ -13,24 +13,84 @@
 #include "tok/tokenizer.h"
 
 typedef struct gm_layer_weights {
+    /* every generation */
     gm_tensor attn_norm;       /* [H] */
     gm_tensor wq;              /* [H, n_head·D] (GGML order: ne0 = H) */
-    gm_tensor wk, wv;          /* [H, n_head_kv·D] */
+    gm_tensor wk, wv;          /* [H, n_head_kv·D]; absent on layers sharing another's cache, wv absent with v_from_k */
     gm_tensor wo;              /* [n_head·D, H] */
     gm_tensor q_norm, k_norm;  /* [D] */
     gm_tensor post_attn_norm;  /* [H] */
-    gm_tensor ffn_norm;        /* [H] */
+    gm_tensor ffn_norm;        /* [H] pre-MLP norm */
     gm_tensor ffn_gate, ffn_up;/* [H, n_ff] */
     gm_tensor ffn_down;        /* [n_ff, H] */
     gm_tensor post_ffw_norm;   /* [H] */
+    /* Gemma 4 */
+    gm_tensor layer_scalar;    /* [1] f32: the whole residual is multiplied by it at the layer's end */
+    /* per-layer embeddings (Gemma 3n, Gemma 4 E2B/E4B) */
+    gm_tensor ple_gate;        /* [H, P] */
+    gm_tensor ple_proj;        /* [P, H] */
+    gm_tensor ple_post_norm;   /* [H] */
+    /* mixture of experts (Gemma 4 26B-A4B) */
+    gm_tensor moe_router;      /* [H, n_expert] */
+    gm_tensor moe_router_scale;/* [H] f32 */
+    gm_tensor moe_gate_up;     /* [H, 2·n_ff_expert, n_expert]: rows 0..F-1 gate, F..2F-1 up, per expert */
+    gm_tensor moe_down;        /* [n_ff_expert, H, n_expert] */
+    gm_tensor moe_expert_scale;/* [n_expert] f32 */
+    gm_tensor moe_pre_norm;    /* [H] pre_feedforward_layernorm_2 */
+    gm_tensor moe_post_norm;   /* [H] post_feedforward_layernorm_2 */
+    gm_tensor ffn_post_norm_1; /* [H] post_feedforward_layernorm_1 (dense path of a MoE layer) */
+    /* Gemma 3n */
+    gm_tensor altup_correct_coef;  /* [n_in, n_in] f32 */
+    gm_tensor altup_correct_scale; /* [H] f32 */
+    gm_tensor altup_predict_coef;  /* [n_in, n_in·n_in] f32 */
+    gm_tensor altup_router;        /* [H, n_in] */
+    gm_tensor altup_router_norm;   /* [H] */
+    gm_tensor laurel_l;            /* [H, rank] */
+    gm_tensor laurel_r;            /* [rank, H] */
+    gm_tensor laurel_post_norm;    /* [H] */
 } gm_layer_weights;
+
+#define GM_ALTUP_MAX 8
 
 typedef struct gm_weights {
     gm_tensor tok_embd;        /* [H, n_vocab] */
     gm_tensor output;          /* [H, n_vocab]; the same as tok_embd when tied */
     gm_tensor output_norm;     /* [H] */
+    gm_tensor rope_freqs;      /* [n_rot/2] f32 of the layers with rope_freq_factors */
+    /* per-layer embeddings */
+    gm_tensor ple_tok_embd;    /* [n_layer·P, n_vocab_per_layer] */
+    gm_tensor ple_model_proj;  /* [H, n_layer·P] */
+    gm_tensor ple_proj_norm;   /* [P] */
+    /* Gemma 3n AltUp: altup_num_inputs - 1 matrices each */
+    gm_tensor altup_proj[GM_ALTUP_MAX];   /* [H, H] */
+    gm_tensor altup_unembd[GM_ALTUP_MAX]; /* [H, H] */
     gm_layer_weights *layer;   /* [n_layer] */
 } gm_weights;
+
+/* One weight of a model as its arch declares it: the single list from which loading (GGUF or Hugging Face),
+ * `gemmac synth` and `gemmac convert` all work. */
+typedef enum gm_tensor_role {
+    GM_ROLE_MATRIX,            /* used by matmul; kept in the file's type */
+    GM_ROLE_EMBED,             /* a table whose rows are looked up (and, tied, the LM head); file's type */
+    GM_ROLE_NORM,              /* an RMSNorm weight: f32 on load; an arch's hf_norm_shift is added to HF values */
+    GM_ROLE_VECTOR,            /* any other small tensor read as f32 (scalars, scales, coefficients) */
+    GM_ROLE_ROPE_FREQS,        /* RoPE frequency factors: in GGUF files only; derived from hparams otherwise */
+} gm_tensor_role;
+
+typedef struct gm_tensor_spec {
+    gm_tensor *dst;
+    const char *gguf;          /* GGUF name, "blk.3.attn_q.weight" */
+    const char *hf;            /* Hugging Face name after the model prefix, "layers.3.self_attn.q_proj.weight";
+                                  NULL when checkpoints do not hold it */
+    int n_dims;
+    int64_t ne[4];             /* GGML order */
+    gm_tensor_role role;
+    bool optional;             /* absent: dst->data stays NULL */
+    int32_t slice, n_slices;   /* n_slices > 1: slice `slice` of a GGUF tensor of n_dims + 1 dims whose last
+                                  dim is n_slices (HF stores the slices as separate tensors) */
+} gm_tensor_spec;
+
+typedef gemmac_status (*gm_spec_fn)(void *ud, const gm_tensor_spec *spec, gm_error *err);
 
 /* Activation buffers (backend memory) for batches of up to n_batch tokens, sized from the hyper-parameters. */
 typedef struct gm_scratch {
@@ -65,32 +125,60 @@ typedef struct gm_forward_args {
     gm_scratch *scratch;         /* backend buffers sized for the context's n_batch */
 } gm_forward_args;
 
+struct gm_gguf_writer;
+struct gm_hf_config;
+
 typedef struct gm_arch_impl {
     const char *name;                   /* general.architecture */
-    gemmac_status (*load)(gemmac_model *m, gm_error *err); /* hparams + weights from m->gguf */
+    const char *const *hf_model_types;  /* NULL-terminated config.json (text) model_type values it loads */
+    float hf_norm_shift;                /* added to norm weights from HF checkpoints (Gemma 3 stores w - 1) */
+    gm_chat_format chat_format;
+    /* Hyper-parameters from GGUF metadata (n_vocab from token_embd's rows) or from a config.json's text part. */
+    gemmac_status (*hparams_gguf)(gm_hparams *hp, const gm_gguf *g, gm_error *err);
+    gemmac_status (*hparams_hf)(gm_hparams *hp, const struct gm_hf_config *text, gm_error *err);
+    /* Calls fn for every weight the model with these hparams has (w->layer is allocated). */
+    gemmac_status (*manifest)(const gm_hparams *hp, gm_weights *w, gm_spec_fn fn, void *ud, gm_error *err);
+    /* After binding: fills what the files may lack (rope_freqs from hparams, tied output, ...); may be NULL. */
+    gemmac_status (*finish)(gemmac_model *m, gm_error *err);
+    /* Writes the hyper-parameters as the GGUF metadata llama.cpp's converter writes (synth, convert). */
+    gemmac_status (*write_hparams)(const gm_hparams *hp, struct gm_gguf_writer *w, gm_error *err);
     gemmac_status (*forward)(const gm_forward_args *a, gm_error *err);
 } gm_arch_impl;
 
+extern const gm_arch_impl gm_arch_gemma3, gm_arch_gemma3n, gm_arch_gemma4;
+/* The arch named by general.architecture, or the one loading this config.json model_type; NULL if none. */
+const gm_arch_impl *gm_arch_by_name(const char *name, size_t len);
+const gm_arch_impl *gm_arch_by_hf_type(const char *model_type);
+
+struct gm_st_set;
+
 struct gemmac_model {
-    gm_gguf *gguf;
     const gm_arch_impl *arch;
+    /* where the weights are: a GGUF file, or a Hugging Face directory (config.json + safetensors) */
+    gm_gguf *gguf;
+    struct gm_st_set *st;
+    struct gm_hf_config *hf;
+    char hf_prefix[32];                 /* "model.language_model.", "model." or "" before every HF name */
     gm_hparams hp;
     gm_weights w;
-    gm_tokenizer *tok;
+    gm_tokenizer *tok;                  /* NULL for a checkpoint without a tokenizer (token ids only) */
     gm_chat_format chat_format;
     char name[128];
-    uint64_t n_params, weight_bytes;
-    float **owned_vectors;              /* norm weights converted to f32 when stored otherwise */
-    int32_t n_owned_vectors;
+    char source[32];                    /* "gguf v3", "safetensors (2 files)", for describe */
+    uint64_t n_params, weight_bytes;    /* over the bound weights */
+    uint64_t type_bytes[GM_TYPE_COUNT], type_count[GM_TYPE_COUNT];
+    void **owned;                       /* buffers the model allocated (f32 vectors, derived tensors) */
+    int32_t n_owned;
 };
 
-extern const gm_arch_impl gm_arch_gemma3;
+/* A buffer of n bytes owned (and freed) by the model; NULL when out of memory. */
+void *gm_model_alloc(gemmac_model *m, size_t n);
 
-/* Binds tensor `name` checking its shape (ne[i] == shape[i] for i < n_dims, trailing dims 1). With
- * optional, an absent tensor leaves t->data NULL; otherwise it is GEMMAC_ERR_BAD_FILE naming it. */
-gemmac_status gm_bind_tensor(gemmac_model *m, gm_tensor *t, const char *name, int n_dims, const int64_t *shape,
-                             bool optional, gm_error *err);
-/* A [d] vector of f32 for a norm weight (converted and owned by the model if stored in another type). */
-gemmac_status gm_bind_vector(gemmac_model *m, gm_tensor *t, const char *name, int64_t d, gm_error *err);
+/* Calls fn with spec, its gguf and hf names formatted with idx (a layer or slice index; printf "%d"). */
+gemmac_status gm_declare(gm_spec_fn fn, void *ud, int idx, const gm_tensor_spec *spec, gm_error *err);
+
+/* Binds every weight of m's manifest from m's file (GGUF or safetensors): names and shapes checked, norms and
+ * vectors converted to f32, HF norm shift applied. */
+gemmac_status gm_model_bind(gemmac_model *m, gm_error *err);
 
 #endif

@@ -1,0 +1,46 @@
+/* gguf_writer.h: writing GGUF v3 files (metadata, tensor infos, aligned tensor data) as llama.cpp's gguf-py
+ * writes them, streaming tensor data so a file of many gigabytes never sits in memory. Used by `gemmac synth`
+ * (random weights of a real model's shape) and `gemmac convert` (a Hugging Face checkpoint to GGUF). Knows
+ * nothing of models: which keys and tensors a model has belongs to its arch file. */
+#ifndef GM_GGUF_WRITER_H
+#define GM_GGUF_WRITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+typedef struct gm_gguf_writer gm_gguf_writer;
+
+/* NULL when out of memory. Alignment 32 (general.alignment is not written). */
+gm_gguf_writer *gm_gguf_writer_new(void);
+void gm_gguf_writer_free(gm_gguf_writer *w);
+
+/* Metadata, written in the order added. Failures (out of memory, a key added twice) are remembered and
+ * reported by gm_gguf_writer_write. Strings are copied. */
+void gm_gguf_writer_u32(gm_gguf_writer *w, const char *key, uint32_t v);
+void gm_gguf_writer_i32(gm_gguf_writer *w, const char *key, int32_t v);
+void gm_gguf_writer_f32(gm_gguf_writer *w, const char *key, float v);
+void gm_gguf_writer_bool(gm_gguf_writer *w, const char *key, bool v);
+void gm_gguf_writer_str(gm_gguf_writer *w, const char *key, const char *v);
+void gm_gguf_writer_arr_u32(gm_gguf_writer *w, const char *key, const uint32_t *v, size_t n);
+void gm_gguf_writer_arr_i32(gm_gguf_writer *w, const char *key, const int32_t *v, size_t n);
+void gm_gguf_writer_arr_f32(gm_gguf_writer *w, const char *key, const float *v, size_t n);
+void gm_gguf_writer_arr_bool(gm_gguf_writer *w, const char *key, const bool *v, size_t n);
+void gm_gguf_writer_arr_str(gm_gguf_writer *w, const char *key, const char *const *v, size_t n);
+
+/* Declares the next tensor: name, type, n_dims and ne (GGML order). ne[0] must be a multiple of the type's
+ * block size. Data comes later, in declaration order, from gm_gguf_writer_write's fill callback. */
+gemmac_status gm_gguf_writer_add_tensor(gm_gguf_writer *w, const char *name, gm_type type, int n_dims,
+                                        const int64_t *ne, gm_error *err);
+
+/* Produces tensor i's bytes (exactly gm_row_bytes(type, ne[0]) · rows) into buf. */
+typedef gemmac_status (*gm_gguf_fill_fn)(void *ud, uint64_t i, void *buf, uint64_t n_bytes, gm_error *err);
+
+/* Writes the file at path (to path + ".tmp", renamed at the end, so a failure leaves no partial file). */
+gemmac_status gm_gguf_writer_write(gm_gguf_writer *w, const char *path, gm_gguf_fill_fn fill, void *ud,
+                                   gm_error *err);
+
+#endif
