@@ -112,7 +112,7 @@ gemmac_status gm_hf_layer_types(const gm_hf_config *c, gm_hparams *hp, int defau
             else if (strcmp(types[i], "full_attention") == 0) hp->layer[i].sliding = false;
             else
                 return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "config.json: layer_types[%d] '%s' is not supported", i,
-                               gm_show(types[i], 48).s);
+                               gm_show(types[i], strlen(types[i])).s);
         }
         return GEMMAC_OK;
     }
@@ -155,7 +155,7 @@ gemmac_status gm_hf_rope_of(const gm_hf_config *c, const char *layer_type, float
     }
     if (type && strcmp(type, "default") != 0 && strcmp(type, "linear") != 0 && strcmp(type, "proportional") != 0)
         return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "config.json: rope_type '%s' of %s is not supported",
-                       gm_show(type, 32).s, layer_type);
+                       gm_show(type, strlen(type)).s, layer_type);
     if (type && strcmp(type, "linear") != 0) r.factor = 1.0f;
     r.proportional = type && strcmp(type, "proportional") == 0;
     if (!(r.theta > 1)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "config.json: rope_theta %g of %s is not > 1", r.theta, layer_type);

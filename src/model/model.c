@@ -231,7 +231,7 @@ static gemmac_status open_hf(gemmac_model *m, const char *dir, gm_error *err) {
         return gm_fail(err, GEMMAC_ERR_UNSUPPORTED,
                        "config.json model_type '%s' is not supported (supported: gemma3, gemma3n, gemma4, "
                        "gemma4_unified and their _text models)",
-                       gm_show(type, 64).s);
+                       gm_show(type, strlen(type)).s);
     snprintf(m->name, sizeof m->name, "%s", id.architecture ? id.architecture : type);
     st = m->arch->hparams_hf(&m->hp, gm_hf_config_text(m->hf), err);
     if (st != GEMMAC_OK) return st;

@@ -1,0 +1,334 @@
+/* test_hf_fixtures.c: every Gemma 3 / 3n / 4 variant against Hugging Face transformers. Each directory
+ * tests/golden/hf/<variant>/ holds a tiny random-weight model saved by transformers (config.json +
+ * model.safetensors) and ref.bin, transformers' float32 logits at every position of a fixed sequence and its
+ * greedy continuation (made by tests/golden/make_hf_fixtures.py). For each variant, loaded from the directory
+ * and from a GGUF of the same weights (`gemmac convert DIR -o F --type f32`), with an f32 KV cache:
+ *   - max |logit - reference| <= 1e-4 · max |reference logit| at every position (prefill in one batch);
+ *   - the same prefill token by token gives the same logits (batch invariance, bit for bit);
+ *   - the greedy continuation, fed back token by token, is identical.
+ * Also: a checkpoint with a broken config.json or a missing / misshapen tensor is refused with a message
+ * naming the problem. GEMMAC_FIXTURE=name runs one variant. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gemmac.h"
+#include "test_paths.h"
+
+#define REL_TOL 1e-4
+
+static const char *const g_variants[] = {
+    "gemma3",       "gemma3_linear_rope", "gemma3n",        "gemma4_ple_kvshare", "gemma4_double_wide",
+    "gemma4_k_eq_v", "gemma4_moe",        "gemma4_unified", "gemma4_bf16",
+};
+#define N_VARIANTS (sizeof g_variants / sizeof g_variants[0])
+
+typedef struct reference {
+    uint32_t n, n_vocab, n_gen;
+    int32_t *tokens;
+    float *logits; /* [n][n_vocab] */
+    int32_t *gen;
+} reference;
+
+static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+static bool load_reference(const char *dir, reference *r) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ref.bin", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char magic[8];
+    bool ok = read_exact(f, magic, 8) && memcmp(magic, "GMHF01\0\0", 8) == 0 && read_exact(f, &r->n, 4) &&
+              r->n > 0 && r->n < 4096;
+    if (ok) {
+        r->tokens = malloc(sizeof(int32_t) * r->n);
+        ok = r->tokens && read_exact(f, r->tokens, sizeof(int32_t) * r->n) && read_exact(f, &r->n_vocab, 4) &&
+             r->n_vocab > 0 && r->n_vocab < (1u << 20);
+    }
+    if (ok) {
+        r->logits = malloc(sizeof(float) * (size_t)r->n * r->n_vocab);
+        ok = r->logits && read_exact(f, r->logits, sizeof(float) * (size_t)r->n * r->n_vocab) &&
+             read_exact(f, &r->n_gen, 4) && r->n_gen < 4096;
+    }
+    if (ok) {
+        r->gen = malloc(sizeof(int32_t) * (r->n_gen ? r->n_gen : 1));
+        ok = r->gen && read_exact(f, r->gen, sizeof(int32_t) * r->n_gen);
+    }
+    fclose(f);
+    return ok;
+}
+
+static void free_reference(reference *r) {
+    free(r->tokens);
+    free(r->logits);
+    free(r->gen);
+    memset(r, 0, sizeof *r);
+}
+
+static gemmac_ctx *new_ctx(gemmac_model *m) {
+    gemmac_ctx_params cp = gemmac_ctx_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 32;
+    cp.n_threads = 2;
+    cp.type_kv = GEMMAC_KV_F32;
+    gemmac_ctx *c = NULL;
+    char err[512];
+    if (gemmac_ctx_new(m, &cp, &c, err, sizeof err) != GEMMAC_OK) fail_msg("context: %s", err);
+    return c;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Feeds one token at pos and returns its logits. */
+static const float *step(gemmac_ctx *c, int32_t token, int32_t pos) {
+    const int32_t seq = 0;
+    const int8_t want = 1;
+    gemmac_batch b = {.n_tokens = 1, .token = &token, .pos = &pos, .seq_id = &seq, .logits = &want};
+    if (gemmac_ctx_decode(c, &b) != GEMMAC_OK) fail_msg("decode: %s", gemmac_ctx_last_error(c));
+    return gemmac_ctx_logits(c, 0);
+}
+
+/* All checks of one model (a directory or a GGUF) against its variant's reference. */
+static void check_model(const char *variant, const char *model_path, const reference *r) {
+    gemmac_model *m = NULL;
+    char err[1024];
+    if (gemmac_model_load(model_path, NULL, &m, err, sizeof err) != GEMMAC_OK) fail_msg("%s: %s", variant, err);
+    gemmac_model_info info;
+    gemmac_model_get_info(m, &info);
+    assert_int_equal(info.n_vocab, (int)r->n_vocab);
+    const int V = (int)r->n_vocab, n = (int)r->n;
+
+    /* prefill of the whole sequence in one batch, logits everywhere */
+    gemmac_ctx *c = new_ctx(m);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *seq = calloc((size_t)n, sizeof(int32_t));
+    int8_t *want = malloc((size_t)n);
+    float *prefill = malloc(sizeof(float) * (size_t)n * V);
+    assert_non_null(pos), assert_non_null(seq), assert_non_null(want), assert_non_null(prefill);
+    for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
+    gemmac_batch b = {.n_tokens = n, .token = r->tokens, .pos = pos, .seq_id = seq, .logits = want};
+    if (gemmac_ctx_decode(c, &b) != GEMMAC_OK) fail_msg("%s: decode: %s", variant, gemmac_ctx_last_error(c));
+    float ref_max = 0.0f, worst = 0.0f;
+    int worst_pos = 0;
+    for (int i = 0; i < n; i++) {
+        const float *got = gemmac_ctx_logits(c, i), *ref = r->logits + (size_t)i * V;
+        assert_non_null(got);
+        memcpy(prefill + (size_t)i * V, got, sizeof(float) * (size_t)V);
+        for (int j = 0; j < V; j++) {
+            if (fabsf(ref[j]) > ref_max) ref_max = fabsf(ref[j]);
+            const float d = fabsf(got[j] - ref[j]);
+            if (!(d <= worst)) worst = isnan(d) ? INFINITY : d, worst_pos = i; /* NaN never passes */
+        }
+    }
+    printf("  %-20s %-5s max |logit - ref| %.3g = %.3g x max |ref| (%.3f), worst at position %d\n", variant,
+           strstr(model_path, ".gguf") ? "gguf" : "hf", worst, worst / ref_max, ref_max, worst_pos);
+    if (!(worst <= REL_TOL * ref_max))
+        fail_msg("%s (%s): max |logit - ref| = %g > %g x %g at position %d", variant, model_path, worst, REL_TOL,
+                 ref_max, worst_pos);
+
+    /* the same sequence token by token: the same logits, bit for bit */
+    gemmac_ctx_free(c);
+    c = new_ctx(m);
+    for (int i = 0; i < n; i++) {
+        const float *got = step(c, r->tokens[i], i);
+        if (memcmp(got, prefill + (size_t)i * V, sizeof(float) * (size_t)V) != 0)
+            fail_msg("%s: position %d: token-by-token logits differ from the prefill's", variant, i);
+    }
+    /* greedy continuation */
+    int32_t next = argmax(prefill + (size_t)(n - 1) * V, V);
+    for (uint32_t g = 0; g < r->n_gen; g++) {
+        if (next != r->gen[g])
+            fail_msg("%s: greedy step %u: token %d, transformers %d", variant, g, next, r->gen[g]);
+        next = argmax(step(c, next, n + (int)g), V);
+    }
+    gemmac_ctx_free(c);
+    gemmac_model_free(m);
+    free(pos), free(seq), free(want), free(prefill);
+}
+
+static bool selected(const char *variant) {
+    const char *only = getenv("GEMMAC_FIXTURE");
+    return !only || !*only || strcmp(only, variant) == 0;
+}
+
+static void test_from_hf_directory(void **state) {
+    (void)state;
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        if (!selected(g_variants[v])) continue;
+        char rel[256], dir[4096];
+        snprintf(rel, sizeof rel, "tests/golden/hf/%s", g_variants[v]);
+        gm_test_source_path(rel, dir, sizeof dir);
+        reference r = {0};
+        if (!load_reference(dir, &r)) fail_msg("%s: cannot read %s/ref.bin", g_variants[v], dir);
+        check_model(g_variants[v], dir, &r);
+        free_reference(&r);
+    }
+}
+
+/* Runs argv (NULL-terminated) with output to /dev/null unless it fails; returns the exit status. */
+static int run_quiet(char *const argv[], const char *log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(fileno(stdout), 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_from_converted_gguf(void **state) {
+    (void)state;
+    const char *cli = getenv("GEMMAC_CLI");
+    if (!cli || !*cli) skip();
+    char tmpl[] = "/tmp/gemmac_hf_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        if (!selected(g_variants[v])) continue;
+        char rel[256], dir[4096], out[4200], log[4200];
+        snprintf(rel, sizeof rel, "tests/golden/hf/%s", g_variants[v]);
+        gm_test_source_path(rel, dir, sizeof dir);
+        snprintf(out, sizeof out, "%s/%s.gguf", tmpl, g_variants[v]);
+        snprintf(log, sizeof log, "%s/%s.log", tmpl, g_variants[v]);
+        char *argv[] = {(char *)cli, "convert", dir, "-o", out, "--type", "f32", NULL};
+        const int rc = run_quiet(argv, log);
+        if (rc != 0) fail_msg("%s: gemmac convert exited %d (log: %s)", g_variants[v], rc, log);
+        reference r = {0};
+        if (!load_reference(dir, &r)) fail_msg("%s: cannot read ref.bin", g_variants[v]);
+        check_model(g_variants[v], out, &r);
+        free_reference(&r);
+        unlink(out);
+        unlink(log);
+    }
+    rmdir(tmpl);
+}
+
+/* ---- broken checkpoints: a copy of the gemma3 fixture, edited ---- */
+
+static bool copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    bool ok = a && b;
+    char buf[65536];
+    size_t k;
+    while (ok && (k = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, k, b) == k;
+    if (a) fclose(a);
+    if (b && fclose(b) != 0) ok = false;
+    return ok;
+}
+
+static bool write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    const bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) == (size_t)n) s[n] = '\0';
+    else free(s), s = NULL;
+    fclose(f);
+    return s;
+}
+
+/* Replaces the first occurrence of `from` in s (malloc'd) by `to`. */
+static char *replace(const char *s, const char *from, const char *to) {
+    const char *at = strstr(s, from);
+    if (!at) fail_msg("fixture config lacks %s", from);
+    const size_t a = (size_t)(at - s), n = strlen(s) + strlen(to) - strlen(from) + 1;
+    char *r = malloc(n);
+    snprintf(r, n, "%.*s%s%s", (int)a, s, to, at + strlen(from));
+    return r;
+}
+
+static void expect_refused(const char *dir, gemmac_status want, const char *needle) {
+    gemmac_model *m = NULL;
+    char err[1024] = "";
+    const gemmac_status st = gemmac_model_load(dir, NULL, &m, err, sizeof err);
+    if (st == GEMMAC_OK) {
+        gemmac_model_free(m);
+        fail_msg("loaded a broken checkpoint (expected '%s')", needle);
+    }
+    if (st != want || !strstr(err, needle))
+        fail_msg("status %s, message \"%s\"; expected %s with \"%s\"", gemmac_status_str(st), err,
+                 gemmac_status_str(want), needle);
+}
+
+static void test_broken_checkpoints(void **state) {
+    (void)state;
+    char src[4096], cfg_src[4200], st_src[4200];
+    gm_test_source_path("tests/golden/hf/gemma3", src, sizeof src);
+    snprintf(cfg_src, sizeof cfg_src, "%s/config.json", src);
+    snprintf(st_src, sizeof st_src, "%s/model.safetensors", src);
+    char dir[] = "/tmp/gemmac_badhf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cfg[256], st[256];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    assert_true(copy_file(st_src, st));
+    char *good = read_text(cfg_src);
+    assert_non_null(good);
+
+    struct {
+        const char *from, *to;
+        gemmac_status want;
+        const char *needle;
+    } cases[] = {
+        {"\"hidden_size\": 64", "\"hidden_sizes\": 64", GEMMAC_ERR_BAD_FILE, "hidden_size is missing"},
+        {"\"hidden_size\": 64", "\"hidden_size\": 65", GEMMAC_ERR_BAD_FILE, "embed_tokens.weight: shape"},
+        {"\"num_hidden_layers\": 7", "\"num_hidden_layers\": 8", GEMMAC_ERR_BAD_FILE, "layer_types has 7 entries"},
+        {"\"model_type\": \"gemma3_text\"", "\"model_type\": \"llama\"", GEMMAC_ERR_UNSUPPORTED, "'llama'"},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", GEMMAC_ERR_BAD_FILE, "num_key_value_heads = 3"},
+        {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": \"small\"", GEMMAC_ERR_BAD_FILE, "rms_norm_eps"},
+        {"\"vocab_size\": 512", "\"vocab_size\": 512,", GEMMAC_ERR_BAD_FILE, "config.json"}, /* malformed JSON */
+        {"\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", GEMMAC_ERR_UNSUPPORTED, "'yarn'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *bad = replace(good, cases[i].from, cases[i].to);
+        assert_true(write_text(cfg, bad));
+        free(bad);
+        expect_refused(dir, cases[i].want, cases[i].needle);
+    }
+    /* no config.json at all */
+    unlink(cfg);
+    expect_refused(dir, GEMMAC_ERR_IO, "config.json");
+    /* a good config with a truncated safetensors file */
+    assert_true(write_text(cfg, good));
+    assert_int_equal(truncate(st, 1000), 0);
+    expect_refused(dir, GEMMAC_ERR_BAD_FILE, "model.safetensors");
+    unlink(st);
+    unlink(cfg);
+    rmdir(dir);
+    free(good);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_from_hf_directory),
+        cmocka_unit_test(test_from_converted_gguf),
+        cmocka_unit_test(test_broken_checkpoints),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
