@@ -1,0 +1,245 @@
+/* ops_cuda.cu: the element- and row-wise ops of the CUDA backend (get_rows with dequantize and scale fused,
+ * gather, rmsnorm, rmsnorm fused with the residual add, NeoX RoPE with freq_factors, GeGLU, softcap), the
+ * device query and the error recording of ops_cuda.h. Matmul lives in matmul_cuda.cu, attention in
+ * attention_cuda.cu. All of these move a few KB to a few MB per call: they are launch bound (~2-3 us each in
+ * a stream, less in a graph), so they are written for clarity and exactness against kernels/ref, with the
+ * reference's float operation order kept (explicit __fmul_rn etc. where nvcc would otherwise fuse). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common_cuda.cuh"
+
+/* ---- errors ---- */
+static thread_local char g_err[256];
+
+int gmc_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int gmc_check_launch(const char *what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return gmc_fail((int)e, "%s: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+extern "C" const char *gm_cuda_last_error(void) { return g_err; }
+
+extern "C" int gm_cuda_device_count(void) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        gmc_fail((int)e, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return 0;
+    }
+    if (n == 0) gmc_fail(-1, "no CUDA device");
+    return n;
+}
+
+/* ---- get_rows: one thread per output element; the element's block fields are re-read per thread (from L1).
+ * Bytes: n rows of the table (5 KB at q8_0, d = 2560) + 4·n·d out: launch bound. */
+__device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j) {
+    switch (type) {
+    case GMC_F32: return ((const float *)row)[j];
+    case GMC_F16: return gmc_h2f(((const uint16_t *)row)[j]);
+    case GMC_BF16: return gmc_bf2f(((const uint16_t *)row)[j]);
+    case GMC_Q4_0: {
+        const uint8_t *b = row + (j / 32) * Q4_0_BYTES;
+        const int e = (int)(j % 32);
+        const int q = e < 16 ? (b[2 + e] & 0x0F) : (b[2 + e - 16] >> 4);
+        return __fmul_rn((float)(q - 8), gmc_h2f(gmc_ld16(b)));
+    }
+    case GMC_Q8_0: {
+        const uint8_t *b = row + (j / 32) * Q8_0_BYTES;
+        return __fmul_rn((float)(int8_t)b[2 + j % 32], gmc_h2f(gmc_ld16(b)));
+    }
+    case GMC_Q4_K:
+    case GMC_Q5_K: {
+        const int bytes = type == GMC_Q4_K ? Q4_K_BYTES : Q5_K_BYTES;
+        const uint8_t *b = row + (j / 256) * bytes;
+        const int e = (int)(j % 256), g = e / 64, hi = (e % 64) >= 32, l = e % 32, sub = 2 * g + hi;
+        const uint8_t *s = b + 4;
+        int sc, m;
+        if (sub < 4) {
+            sc = s[sub] & 63, m = s[sub + 4] & 63;
+        } else {
+            sc = (s[sub + 4] & 0x0F) | ((s[sub - 4] >> 6) << 4);
+            m = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+        }
+        const uint8_t *qs = b + (type == GMC_Q4_K ? 16 : 48);
+        int q = (qs[32 * g + l] >> (4 * hi)) & 0x0F;
+        if (type == GMC_Q5_K) q += ((b[16 + l] >> sub) & 1) << 4;
+        const float d = gmc_h2f(gmc_ld16(b)), dmin = gmc_h2f(gmc_ld16(b + 2));
+        return __fsub_rn(__fmul_rn(__fmul_rn(d, (float)sc), (float)q), __fmul_rn(dmin, (float)m));
+    }
+    case GMC_Q6_K: {
+        const uint8_t *b = row + (j / 256) * Q6_K_BYTES;
+        const int e = (int)(j % 256), hh = e / 128, r = e % 128, k = r / 32, l = r % 32;
+        const uint8_t qlb = b[64 * hh + l + 32 * (k & 1)];
+        const int q = ((k >= 2 ? qlb >> 4 : qlb) & 0x0F) | (((b[128 + 32 * hh + l] >> (2 * k)) & 3) << 4);
+        const float d = gmc_h2f(gmc_ld16(b + 208));
+        return __fmul_rn(__fmul_rn(d, (float)(int8_t)b[192 + e / 16]), (float)(q - 32));
+    }
+    }
+    return __int_as_float(0x7fc00000);
+}
+
+__global__ void get_rows_kernel(int type, const uint8_t *__restrict__ table, uint64_t row_bytes, int64_t d,
+                                const int32_t *__restrict__ ids, float scale, float *__restrict__ out) {
+    const int64_t i = blockIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    const uint8_t *row = table + (uint64_t)ids[i] * row_bytes;
+    out[i * d + j] = __fmul_rn(dq_elem(type, row, j), scale);
+}
+
+extern "C" int gm_cuda_get_rows(const gm_cuda_mat *t, const int32_t *ids, int32_t n, float scale, float *out,
+                                gm_cuda_stream stream) {
+    if (!t || !t->data || !ids || !out || n < 0 || t->ne0 <= 0) return gmc_fail(-1, "get_rows: bad arguments");
+    if (!gm_cuda_type_supported(t->type)) return gmc_fail(-1, "get_rows: type %d not supported", t->type);
+    if (n == 0) return 0;
+    const dim3 grid((unsigned)((t->ne0 + 255) / 256), (unsigned)n);
+    get_rows_kernel<<<grid, 256, 0, stream>>>(t->type, (const uint8_t *)t->data, t->row_bytes, t->ne0, ids, scale,
+                                              out);
+    return gmc_check_launch("get_rows");
+}
+
+/* ---- gather ---- */
+__global__ void gather_kernel(const float *__restrict__ src, int d, const int32_t *__restrict__ rows,
+                              float *__restrict__ dst) {
+    const int64_t i = blockIdx.y;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < d) dst[i * d + j] = src[(int64_t)rows[i] * d + j];
+}
+
+extern "C" int gm_cuda_gather(const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst,
+                              gm_cuda_stream stream) {
+    if (!src || !rows || !dst || d <= 0 || n < 0) return gmc_fail(-1, "gather: bad arguments");
+    if (n == 0) return 0;
+    gather_kernel<<<dim3((unsigned)((d + 255) / 256), (unsigned)n), 256, 0, stream>>>(src, d, rows, dst);
+    return gmc_check_launch("gather");
+}
+
+/* ---- rmsnorm / rmsnorm_add: one block of 256 threads per row; sum of squares in float (the reference sums
+ * in double: relative difference ~1e-7 for rows of a few thousand). Bytes 8·d per row (12·d with add). */
+template <bool ADD>
+__global__ void rmsnorm_kernel(const float *x, float *y, int d, const float *__restrict__ w, float eps) {
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * d;
+    float *yr = y + r * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    __shared__ float part[32];
+    ss = gmc_warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = gmc_warp_sum(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf(part[0] / (float)d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = __fmul_rn(xr[i], scale);
+        if (w) v = __fmul_rn(v, w[i]);
+        if (ADD) yr[i] += v;
+        else yr[i] = v;
+    }
+}
+
+extern "C" int gm_cuda_rmsnorm(const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps,
+                               gm_cuda_stream stream) {
+    if (!x || !y || d <= 0 || n_rows < 0) return gmc_fail(-1, "rmsnorm: bad arguments");
+    if (n_rows == 0) return 0;
+    rmsnorm_kernel<false><<<(unsigned)n_rows, 256, 0, stream>>>(x, y, d, w, eps);
+    return gmc_check_launch("rmsnorm");
+}
+
+extern "C" int gm_cuda_rmsnorm_add(float *acc, const float *x, int64_t n_rows, int32_t d, const float *w, float eps,
+                                   gm_cuda_stream stream) {
+    if (!x || !acc || d <= 0 || n_rows < 0) return gmc_fail(-1, "rmsnorm_add: bad arguments");
+    if (n_rows == 0) return 0;
+    rmsnorm_kernel<true><<<(unsigned)n_rows, 256, 0, stream>>>(x, acc, d, w, eps);
+    return gmc_check_launch("rmsnorm_add");
+}
+
+/* ---- RoPE: one thread per pair slot i < head_dim/2 of a head. Pairs i < n_rot/2 rotate (i, i + n_rot/2) by
+ * angle = freq_scale · (theta_i / factor_i), theta_i = pos · theta_scale^i formed by repeated multiplication
+ * exactly as gm_ref_rope_neox (theta_scale computed once on the host with the same powf); the others carry the
+ * pass-through dims n_rot + 2(i - n_rot/2) and +1. Then everything times scale. */
+__global__ void rope_kernel(float *x, int n_head, int head_dim, const int32_t *__restrict__ pos, int n_rot,
+                            float theta_scale, float freq_scale, const float *__restrict__ ff, float scale,
+                            int64_t n_pairs) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_pairs) return;
+    const int hp = head_dim / 2, half = n_rot / 2;
+    const int i = (int)(g % hp);
+    const int64_t head = g / hp;
+    const int64_t t = head / n_head;
+    float *h = x + head * head_dim;
+    if (i < half) {
+        float theta = (float)pos[t];
+        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
+        const float f = ff ? ff[i] : 1.0f;
+        const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+        float s, c;
+        sincosf(angle, &s, &c);
+        const float x0 = h[i], x1 = h[i + half];
+        float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
+        h[i] = y0, h[i + half] = y1;
+    } else if (scale != 1.0f) {
+        const int j = n_rot + 2 * (i - half);
+        h[j] = __fmul_rn(h[j], scale);
+        if (j + 1 < head_dim) h[j + 1] = __fmul_rn(h[j + 1], scale);
+    }
+}
+
+extern "C" int gm_cuda_rope(float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos, int32_t n_rot,
+                            float base, float freq_scale, const float *freq_factors, float scale,
+                            gm_cuda_stream stream) {
+    if (!x || !pos || n < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2 || n_rot <= 0 || n_rot % 2 ||
+        n_rot > head_dim)
+        return gmc_fail(-1, "rope: bad arguments");
+    if (n == 0) return 0;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot); /* the host's powf, as the reference */
+    const int64_t n_pairs = (int64_t)n * n_head * (head_dim / 2);
+    rope_kernel<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(x, n_head, head_dim, pos, n_rot, theta_scale,
+                                                                       freq_scale, freq_factors, scale, n_pairs);
+    return gmc_check_launch("rope");
+}
+
+/* ---- GeGLU and softcap: elementwise, 8-12 bytes per value. */
+__global__ void gelu_mul_kernel(float *g, const float *__restrict__ u, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = g[i];
+    const float k = 0.79788456080286535588f;
+    const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
+    g[i] = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner))), u[i]);
+}
+
+extern "C" int gm_cuda_gelu_mul(float *g, const float *u, int64_t n, gm_cuda_stream stream) {
+    if (!g || !u || n < 0) return gmc_fail(-1, "gelu_mul: bad arguments");
+    if (n == 0) return 0;
+    gelu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, u, n);
+    return gmc_check_launch("gelu_mul");
+}
+
+__global__ void softcap_kernel(float *z, int64_t n, float c) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = __fmul_rn(c, tanhf(__fdiv_rn(z[i], c)));
+}
+
+extern "C" int gm_cuda_softcap(float *z, int64_t n, float c, gm_cuda_stream stream) {
+    if (!z || n < 0 || !(c > 0)) return gmc_fail(-1, "softcap: bad arguments");
+    if (n == 0) return 0;
+    softcap_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(z, n, c);
+    return gmc_check_launch("softcap");
+}

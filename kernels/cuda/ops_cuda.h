@@ -1,0 +1,113 @@
+/* ops_cuda.h: the CUDA backend's ops as plain C functions (usable from C11 files), one per op of
+ * src/model/backend.h plus the pieces a graph of ops needs (activation quantization, KV store). Every pointer
+ * is DEVICE memory unless said otherwise; every call only enqueues work on `stream` (NULL: the legacy default
+ * stream) and returns 0, or a non-zero code (a cudaError_t, or -1 for bad arguments) with a one-line message
+ * in gm_cuda_last_error(). The backend table (gm_backend_ops) that calls these lives elsewhere. */
+#ifndef GM_OPS_CUDA_H
+#define GM_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;                        /* cudaStream_t is a struct CUstream_st * */
+typedef struct CUstream_st *gm_cuda_stream;
+
+/* A weight matrix (or table) as uploaded verbatim from the GGUF file: ne0 elements per row (the input dim
+ * of a matmul), ne1 rows, rows row_bytes apart. type is the GGML type number (src/quant/quant.h). Supported:
+ * F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30. The allocation must be readable for 16
+ * bytes past the last row (the unaligned-block loads of q4_0 / q8_0 / q6_K may read up to 3 bytes beyond). */
+typedef struct gm_cuda_mat {
+    int32_t type;
+    int64_t ne0, ne1;
+    uint64_t row_bytes;
+    const void *data;
+} gm_cuda_mat;
+
+/* ---- device and errors ---- */
+/* Number of CUDA devices (0 when none or when the runtime fails; the reason is in gm_cuda_last_error()). */
+int gm_cuda_device_count(void);
+/* The last error of this thread's calls into this API ("" if none). */
+const char *gm_cuda_last_error(void);
+/* 1 when the matmul / get_rows kernels handle this GGML type. */
+int gm_cuda_type_supported(int32_t type);
+
+/* ---- matmul: y[n][ne1] = x[n][ne0] · Wᵀ ----
+ * Quantized weights: activations are first quantized on the GPU to 8-bit blocks of 32 (d = amax/127,
+ * q = round-half-even(x·127/amax), kept as f32 d and d·Σq) and weight blocks are consumed with integer dot
+ * products (dp4a) straight from the GGUF layout. F32/F16/BF16 weights: f32 activations, f32 FMA.
+ * Columns are processed 8 at a time (n > 8 re-reads the weights once per 8 columns: the small-batch path
+ * is correct but not fast yet). scratch: gm_cuda_matmul_scratch_bytes(ne0, n) bytes (may be NULL when 0). */
+size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n);
+int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, float *y, void *scratch, size_t scratch_bytes,
+                   gm_cuda_stream stream);
+/* The two halves of gm_cuda_matmul for quantized weights, so one quantized activation can feed several
+ * matrices of the same input (Q, K, V; gate, up). xq: gm_cuda_matmul_scratch_bytes(K, n) bytes. */
+int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, void *xq, gm_cuda_stream stream);
+int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, gm_cuda_stream stream);
+/* Rows per warp of the matvec kernels (1, 2 or 4), and weight items each lane loads ahead (1 or 2); 0: the
+ * built-in choice. Process-wide; for benchmarks and tests. */
+void gm_cuda_set_mmv_rows(int rows);
+void gm_cuda_set_mmv_unroll(int items);
+
+/* ---- row ops ---- */
+/* out[i][:] = row ids[i] of table, dequantized, times scale. ids: [n] (device). out: [n][ne0]. */
+int gm_cuda_get_rows(const gm_cuda_mat *table, const int32_t *ids, int32_t n, float scale, float *out,
+                     gm_cuda_stream stream);
+/* dst[i][:] = src[rows[i]][:], rows of d floats. rows: [n] (device). */
+int gm_cuda_gather(const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst, gm_cuda_stream stream);
+/* y = rmsnorm(x) · w over n_rows rows of d (w NULL: no weight). y may be x. */
+int gm_cuda_rmsnorm(const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps,
+                    gm_cuda_stream stream);
+/* acc += rmsnorm(x) · w over n_rows rows of d. */
+int gm_cuda_rmsnorm_add(float *acc, const float *x, int64_t n_rows, int32_t d, const float *w, float eps,
+                        gm_cuda_stream stream);
+/* x: [n][n_head][head_dim]; NeoX RoPE of each head at pos[token] (device), then x *= scale. freq_factors:
+ * NULL or [n_rot/2] (device); a factor of 1e30 leaves its pair unrotated. Angles as gm_ref_rope_neox. */
+int gm_cuda_rope(float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos, int32_t n_rot,
+                 float base, float freq_scale, const float *freq_factors, float scale, gm_cuda_stream stream);
+/* g = gelu_tanh(g) ⊙ u over n values. */
+int gm_cuda_gelu_mul(float *g, const float *u, int64_t n, gm_cuda_stream stream);
+/* z = c·tanh(z/c) over n values. */
+int gm_cuda_softcap(float *z, int64_t n, float c, gm_cuda_stream stream);
+
+/* ---- KV cache and attention ----
+ * One layer's cache: k, v: [n_seq][n_slots][n_head_kv][head_dim] of f16 (type 1) or f32 (type 0).
+ * ring: slot = pos % n_slots (sliding layers), else slot = pos. */
+typedef struct gm_cuda_kv {
+    int32_t type;
+    int32_t n_slots;
+    int32_t ring;
+    int32_t n_head_kv, head_dim;
+    void *k, *v;
+} gm_cuda_kv;
+
+/* Stores k, v ([n_tokens][n_head_kv][head_dim] f32) at each token's (seq, slot(pos)). */
+int gm_cuda_kv_store(const gm_cuda_kv *kv, const float *k, const float *v, int32_t n_tokens, const int32_t *pos,
+                     const int32_t *seq, gm_cuda_stream stream);
+
+typedef struct gm_cuda_attn {
+    const gm_cuda_kv *kv;      /* host struct describing device buffers */
+    int32_t n_tokens;
+    const int32_t *pos;        /* [n_tokens] device */
+    const int32_t *seq;        /* [n_tokens] device */
+    int32_t n_head;            /* n_head / kv->n_head_kv in {1, 2, 4, 8, 16}; head_dim in {128, 256, 512} */
+    int32_t window;            /* 0: full; else key k visible iff pos_k <= pos_q and pos_q - pos_k < window */
+    int32_t max_keys;          /* host-side upper bound of the keys any query sees (sizes the split) */
+    const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
+    float *out;                /* [n_tokens][n_head][head_dim] */
+} gm_cuda_attn;
+
+/* Split-K (flash-decoding) attention: the visible keys of each query are cut into splits processed by
+ * separate blocks, each with an online softmax, then merged. scratch: gm_cuda_attention_scratch_bytes. */
+size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_keys);
+int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,516 @@
+/* test_cuda_ops.c: every op of kernels/cuda (ops_cuda.h) against the scalar oracle of kernels/ref on fresh
+ * random inputs of several shapes (every supported weight type; n = 1, 3, 8, 64 columns; head dims 128, 256,
+ * 512; 8/2, 8/1, 4/1 heads; full and sliding-window ring caches of f16 and f32). Outputs are poisoned with NaN
+ * before each run, so an unwritten element fails, and NaN never passes. Exits 77 (skipped) with the reason
+ * when there is no CUDA device; CI builds it but only a GPU machine runs it. Tolerances are stated per check. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/ops_cuda.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
+#include "ref/ops_ref.h"
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+static uint32_t urand(uint32_t n) { return (uint32_t)(((frand() + 1.0f) * 0.5f) * (float)n) % n; }
+
+#define CK(call)                                                                                            \
+    do {                                                                                                    \
+        const int rc_ = (call);                                                                             \
+        if (rc_ != 0) fail_msg("%s -> %d: %s", #call, rc_, gm_cuda_last_error());                           \
+    } while (0)
+#define CU(call)                                                                                            \
+    do {                                                                                                    \
+        const cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                           \
+    } while (0)
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CU(cudaMalloc(&p, bytes + 16)); /* +16: ops_cuda.h asks for readable padding past weights */
+    CU(cudaMemset(p, 0, bytes + 16));
+    return p;
+}
+static void *dev_upload(const void *host, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    CU(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+static void dev_poison(void *p, size_t bytes) { CU(cudaMemset(p, 0xFF, bytes)); } /* 0xFFFFFFFF is a NaN */
+static void dev_download(void *host, const void *p, size_t bytes) {
+    CU(cudaDeviceSynchronize());
+    CU(cudaGetLastError());
+    CU(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* Asserts |got - want| <= tol[i] for every element, NaN never passing; prints the first offender. */
+static void expect_close(const char *what, const float *got, const double *want, const double *tol, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol[i]))
+            fail_msg("%s: element %zu: got %.9g, want %.9g (tolerance %.3g)", what, i, got[i], want[i], tol[i]);
+}
+
+static const int k_types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q4_0,
+                              GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
+enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
+
+static bool is_quant(int t) { return t != GM_TYPE_F32 && t != GM_TYPE_F16 && t != GM_TYPE_BF16; }
+
+/* A random matrix of rows of K values quantized with the reference quantizer, and its reference dequantization. */
+typedef struct host_mat {
+    uint8_t *q;
+    float *deq; /* [M][K] */
+    uint64_t row_bytes;
+} host_mat;
+
+static host_mat make_mat(int type, int64_t K, int64_t M, float amp) {
+    const gm_type_traits *tt = gm_type_traits_of(type);
+    host_mat h = {.row_bytes = gm_row_bytes(tt, K)};
+    h.q = malloc(h.row_bytes * M);
+    h.deq = malloc(sizeof(float) * K * M);
+    float *row = malloc(sizeof(float) * K);
+    for (int64_t m = 0; m < M; m++) {
+        const float rowamp = amp * (0.25f + 0.75f * fabsf(frand()));
+        for (int64_t j = 0; j < K; j++) row[j] = frand() * rowamp;
+        tt->quantize(row, h.q + m * h.row_bytes, K);
+        tt->dequantize(h.q + m * h.row_bytes, h.deq + m * K, K);
+    }
+    free(row);
+    return h;
+}
+static void free_mat(host_mat *h) { free(h->q), free(h->deq); }
+
+/* ---- matmul ---- */
+
+/* The GPU's activation rounding, simulated: per 32 values d = amax/127, q = round-half-even(x · (127/amax)). */
+static void simulate_act(const float *x, int64_t K, double *xhat) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        const float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) xhat[32 * b + j] = (double)d * (double)nearbyintf(x[32 * b + j] * id);
+    }
+}
+
+static double g_mm_err_exact[GM_TYPE_COUNT]; /* max over runs of ‖y_gpu - y_exact‖ / ‖y_exact‖ */
+static double g_mm_err_cpu[GM_TYPE_COUNT];   /* the same for the CPU reference path (ref vec_dot) */
+
+static void run_matmul(int type, int64_t K, int64_t M, int n) {
+    const gm_type_traits *tt = gm_type_traits_of(type);
+    host_mat h = make_mat(type, K, M, 1.0f);
+    float *x = malloc(sizeof(float) * K * n);
+    for (int64_t i = 0; i < K * n; i++) x[i] = frand() * (i % 7 == 0 ? 4.0f : 1.0f);
+    void *dw = dev_upload(h.q, h.row_bytes * M);
+    float *dx = dev_upload(x, sizeof(float) * K * n);
+    float *dy = dev_alloc(sizeof(float) * M * n);
+    const size_t sb = gm_cuda_matmul_scratch_bytes(K, n);
+    void *ds = sb ? dev_alloc(sb) : NULL;
+    const gm_cuda_mat w = {.type = type, .ne0 = K, .ne1 = M, .row_bytes = h.row_bytes, .data = dw};
+    dev_poison(dy, sizeof(float) * M * n);
+    CK(gm_cuda_matmul(&w, dx, n, dy, ds, sb, NULL));
+    float *y = malloc(sizeof(float) * M * n);
+    dev_download(y, dy, sizeof(float) * M * n);
+
+    /* 1. Tight: the same function in double. Quantized types: dequantized weights (reference) times the
+     *    simulated 8-bit activations; float types: times x. Only float rounding of the GPU's sums differs:
+     *    tolerance 2e-5 · Σ|w·x| + 1e-6 (2560-term f32 sums stay under 1e-5 relative to that). */
+    double *xh = malloc(sizeof(double) * K), *want = malloc(sizeof(double) * M), *tol = malloc(sizeof(double) * M);
+    double *exact = malloc(sizeof(double) * M);
+    float *cpu = malloc(sizeof(float) * M);
+    const gm_type_traits *vt = gm_type_traits_of(tt->vec_dot_type);
+    uint8_t *xq = malloc(gm_row_bytes(vt, K));
+    double e2 = 0, c2 = 0, r2 = 0;
+    for (int c = 0; c < n; c++) {
+        const float *xc = x + (int64_t)c * K;
+        if (is_quant(type)) simulate_act(xc, K, xh);
+        else
+            for (int64_t j = 0; j < K; j++) xh[j] = xc[j];
+        (vt->quantize_act ? vt->quantize_act : vt->quantize)(xc, xq, K);
+        for (int64_t m = 0; m < M; m++) {
+            const float *wr = h.deq + m * K;
+            double s = 0, a = 0, ex = 0;
+            for (int64_t j = 0; j < K; j++) {
+                s += (double)wr[j] * xh[j];
+                a += fabs((double)wr[j] * xh[j]);
+                ex += (double)wr[j] * xc[j];
+            }
+            want[m] = s, tol[m] = 2e-5 * a + 1e-6, exact[m] = ex;
+            tt->vec_dot(K, &cpu[m], h.q + m * h.row_bytes, xq);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "matmul %s K=%lld M=%lld n=%d column %d", tt->name, (long long)K, (long long)M, n, c);
+        expect_close(what, y + (int64_t)c * M, want, tol, (size_t)M);
+        for (int64_t m = 0; m < M; m++) {
+            const double g = y[(int64_t)c * M + m];
+            e2 += (g - exact[m]) * (g - exact[m]);
+            c2 += (cpu[m] - exact[m]) * (cpu[m] - exact[m]);
+            r2 += exact[m] * exact[m];
+        }
+    }
+    /* 2. Loose, against the exact product of the f32 activations: the 8-bit activations cost ~0.5% (rms); the
+     *    CPU reference path (q8_0 / q8_K activations) costs about the same. Bound: 3% (float types 1e-5). */
+    const double rel = sqrt(e2 / r2), rel_cpu = sqrt(c2 / r2);
+    if (rel > g_mm_err_exact[type]) g_mm_err_exact[type] = rel;
+    if (rel_cpu > g_mm_err_cpu[type]) g_mm_err_cpu[type] = rel_cpu;
+    if (!(rel <= (is_quant(type) ? 3e-2 : 1e-5)))
+        fail_msg("matmul %s K=%lld M=%lld n=%d: relative error vs exact %.3g", tt->name, (long long)K, (long long)M, n, rel);
+    free(xh), free(want), free(tol), free(exact), free(cpu), free(xq), free(x), free(y);
+    free_mat(&h);
+    CU(cudaFree(dw)); CU(cudaFree(dx)); CU(cudaFree(dy));
+    if (ds) CU(cudaFree(ds));
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{256, 7}, {1024, 130}, {2560, 257}, {512, 1000}};
+    static const int ns[] = {1, 3, 8, 64};
+    int cases = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                run_matmul(k_types[ti], shapes[s][0], shapes[s][1], ns[ni]);
+                cases++;
+            }
+        if (!is_quant(k_types[ti])) { /* rows not a multiple of 8: the scalar-load kernel */
+            run_matmul(k_types[ti], 100, 33, 1), run_matmul(k_types[ti], 100, 33, 5);
+            cases += 2;
+        }
+    }
+    /* every rows-per-warp and items-ahead variant on one shape per type (K = 1280: 40 or 80 items per row, so
+     * the second item of a lane is sometimes past the row) */
+    for (int r = 1; r <= 4; r *= 2)
+        for (int u = 1; u <= 2; u++) {
+            gm_cuda_set_mmv_rows(r);
+            gm_cuda_set_mmv_unroll(u);
+            for (int ti = 0; ti < N_TYPES; ti++) run_matmul(k_types[ti], 1280, 37, 1 + urand(8)), cases++;
+        }
+    gm_cuda_set_mmv_rows(0);
+    gm_cuda_set_mmv_unroll(0);
+    printf("[ cuda     ] matmul: %d cases pass; relative error vs exact f32 product (GPU / CPU reference path):\n", cases);
+    for (int ti = 0; ti < N_TYPES; ti++)
+        printf("[ cuda     ]   %-5s %.2e / %.2e\n", gm_type_traits_of(k_types[ti])->name, g_mm_err_exact[k_types[ti]],
+               g_mm_err_cpu[k_types[ti]]);
+}
+
+/* ---- get_rows, gather ---- */
+static void test_get_rows_gather(void **state) {
+    (void)state;
+    int cases = 0;
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int di = 0; di < 2; di++) {
+            const int type = k_types[ti];
+            const int64_t d = di ? 2560 : 256, rows = 50;
+            const int n = 7;
+            host_mat h = make_mat(type, d, rows, 3.0f);
+            int32_t ids[7];
+            for (int i = 0; i < n; i++) ids[i] = (int32_t)urand((uint32_t)rows);
+            ids[0] = (int32_t)rows - 1;
+            const float scale = di ? sqrtf(2560.0f) : 0.7f;
+            void *dt = dev_upload(h.q, h.row_bytes * rows);
+            int32_t *dids = dev_upload(ids, sizeof ids);
+            float *dout = dev_alloc(sizeof(float) * n * d);
+            dev_poison(dout, sizeof(float) * n * d);
+            const gm_cuda_mat t = {.type = type, .ne0 = d, .ne1 = rows, .row_bytes = h.row_bytes, .data = dt};
+            CK(gm_cuda_get_rows(&t, dids, n, scale, dout, NULL));
+            float *out = malloc(sizeof(float) * n * d);
+            dev_download(out, dout, sizeof(float) * n * d);
+            /* The same float operations as the reference dequantizer, then × scale: equal up to 1e-6 relative. */
+            double *want = malloc(sizeof(double) * n * d), *tol = malloc(sizeof(double) * n * d);
+            for (int i = 0; i < n; i++)
+                for (int64_t j = 0; j < d; j++) {
+                    const float v = h.deq[ids[i] * d + j] * scale;
+                    want[i * d + j] = v, tol[i * d + j] = 1e-6 * fabs(v) + 1e-30;
+                }
+            expect_close(gm_type_traits_of(type)->name, out, want, tol, (size_t)(n * d));
+
+            /* gather: rows of the dequantized output, exact */
+            int32_t rws[5] = {6, 0, 3, 3, 1};
+            int32_t *drws = dev_upload(rws, sizeof rws);
+            float *dg = dev_alloc(sizeof(float) * 5 * d);
+            dev_poison(dg, sizeof(float) * 5 * d);
+            CK(gm_cuda_gather(dout, (int32_t)d, drws, 5, dg, NULL));
+            float *g = malloc(sizeof(float) * 5 * d);
+            dev_download(g, dg, sizeof(float) * 5 * d);
+            for (int i = 0; i < 5; i++) assert_memory_equal(g + i * d, out + rws[i] * d, sizeof(float) * d);
+            free(out), free(want), free(tol), free(g);
+            free_mat(&h);
+            CU(cudaFree(dt)); CU(cudaFree(dids)); CU(cudaFree(dout)); CU(cudaFree(drws)); CU(cudaFree(dg));
+            cases++;
+        }
+    printf("[ cuda     ] get_rows + gather: %d cases pass (tolerance 1e-6 relative; gather exact)\n", cases);
+}
+
+/* ---- rmsnorm, rmsnorm_add ---- */
+static void test_rmsnorm(void **state) {
+    (void)state;
+    static const int ds[] = {7, 256, 1000, 2560, 10240};
+    int cases = 0;
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+        for (int variant = 0; variant < 4; variant++) { /* 0 weight, 1 no weight, 2 in place, 3 add */
+            const int d = ds[di], rows = 1 + (int)urand(5);
+            const size_t nb = sizeof(float) * d * rows;
+            float *x = malloc(nb), *w = malloc(sizeof(float) * d), *acc = malloc(nb), *y = malloc(nb);
+            for (int i = 0; i < d * rows; i++) x[i] = frand() * 50.0f, acc[i] = frand();
+            for (int i = 0; i < d; i++) w[i] = 1.0f + frand();
+            float *dx = dev_upload(x, nb), *dw = dev_upload(w, sizeof(float) * d), *dacc = dev_upload(acc, nb);
+            float *dy = dev_alloc(nb);
+            if (variant == 3) {
+                CK(gm_cuda_rmsnorm_add(dacc, dx, rows, d, dw, 1e-6f, NULL));
+                dev_download(y, dacc, nb);
+            } else if (variant == 2) {
+                CK(gm_cuda_rmsnorm(dx, dx, rows, d, dw, 1e-6f, NULL));
+                dev_download(y, dx, nb);
+            } else {
+                dev_poison(dy, nb);
+                CK(gm_cuda_rmsnorm(dx, dy, rows, d, variant == 1 ? NULL : dw, 1e-6f, NULL));
+                dev_download(y, dy, nb);
+            }
+            /* tolerance: f32 sum of squares vs the reference's double: 1e-5 relative (+1e-6 absolute) */
+            double *want = malloc(sizeof(double) * d * rows), *tol = malloc(sizeof(double) * d * rows);
+            float *ref = malloc(sizeof(float) * d);
+            for (int r = 0; r < rows; r++) {
+                gm_ref_rmsnorm(x + r * d, ref, d, variant == 1 ? NULL : w, 1e-6f);
+                for (int i = 0; i < d; i++) {
+                    const double v = variant == 3 ? (double)acc[r * d + i] + ref[i] : ref[i];
+                    want[r * d + i] = v, tol[r * d + i] = 1e-5 * fabs(ref[i]) + 1e-6;
+                }
+            }
+            expect_close(variant == 3 ? "rmsnorm_add" : "rmsnorm", y, want, tol, (size_t)d * rows);
+            free(x), free(w), free(acc), free(y), free(want), free(tol), free(ref);
+            CU(cudaFree(dx)); CU(cudaFree(dw)); CU(cudaFree(dacc)); CU(cudaFree(dy));
+            cases++;
+        }
+    printf("[ cuda     ] rmsnorm / rmsnorm_add: %d cases pass (tolerance 1e-5 relative)\n", cases);
+}
+
+/* ---- RoPE ---- */
+static void test_rope(void **state) {
+    (void)state;
+    int cases = 0;
+    for (int hd = 128; hd <= 512; hd *= 2)
+        for (int variant = 0; variant < 5; variant++) {
+            /* 0: full rotation; 1: n_rot = hd/2 (partial); 2: proportional (freq_factors, 1e30 = none); 3: freq_scale
+             * and output scale; 4: factors and scale */
+            const int n = 3, n_head = variant % 2 ? 2 : 8, n_rot = variant == 1 ? hd / 2 : hd;
+            const float base = variant >= 2 ? 1e6f : 10000.0f, fs = variant == 3 ? 0.125f : 1.0f;
+            const float scale = variant >= 3 ? 0.0625f : 1.0f;
+            float *ff = NULL;
+            if (variant == 2 || variant == 4) {
+                ff = malloc(sizeof(float) * n_rot / 2);
+                for (int i = 0; i < n_rot / 2; i++) ff[i] = i < n_rot / 8 ? 1.0f : i < n_rot / 4 ? 1.5f : 1e30f;
+            }
+            int32_t pos[3] = {0, 17 + (int32_t)urand(100), 4000 + (int32_t)urand(1000)};
+            const size_t nv = (size_t)n * n_head * hd;
+            float *x = malloc(sizeof(float) * nv), *y = malloc(sizeof(float) * nv);
+            for (size_t i = 0; i < nv; i++) x[i] = frand();
+            float *dx = dev_upload(x, sizeof(float) * nv);
+            int32_t *dpos = dev_upload(pos, sizeof pos);
+            float *dff = ff ? dev_upload(ff, sizeof(float) * n_rot / 2) : NULL;
+            CK(gm_cuda_rope(dx, n, n_head, hd, dpos, n_rot, base, fs, dff, scale, NULL));
+            dev_download(y, dx, sizeof(float) * nv);
+            /* Same angles as the reference (same float products); sin/cos within a few ulp: 2e-5 absolute on
+             * values of magnitude <= 1.5. */
+            double *want = malloc(sizeof(double) * nv), *tol = malloc(sizeof(double) * nv);
+            for (int t = 0; t < n; t++)
+                for (int h = 0; h < n_head; h++) {
+                    float r[512];
+                    const size_t off = ((size_t)t * n_head + h) * hd;
+                    memcpy(r, x + off, sizeof(float) * hd);
+                    gm_ref_rope_neox(r, n_rot, (float)pos[t], base, fs, ff);
+                    for (int i = 0; i < hd; i++) want[off + i] = (double)(r[i] * scale), tol[off + i] = 2e-5;
+                }
+            expect_close("rope", y, want, tol, nv);
+            free(x), free(y), free(want), free(tol), free(ff);
+            CU(cudaFree(dx)); CU(cudaFree(dpos));
+            if (dff) CU(cudaFree(dff));
+            cases++;
+        }
+    printf("[ cuda     ] rope: %d cases pass (tolerance 2e-5 absolute)\n", cases);
+}
+
+/* ---- GeGLU, softcap ---- */
+static void test_gelu_softcap(void **state) {
+    (void)state;
+    const int64_t n = 40000 + urand(1000);
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *o = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) g[i] = frand() * (i % 5 ? 4.0f : 40.0f), u[i] = frand() * 3.0f;
+    float *dg = dev_upload(g, sizeof(float) * n), *du = dev_upload(u, sizeof(float) * n);
+    CK(gm_cuda_gelu_mul(dg, du, n, NULL));
+    dev_download(o, dg, sizeof(float) * n);
+    /* tanhf on the GPU is within 2 ulp of the host's: 1e-5 relative + 1e-6 absolute */
+    double *want = malloc(sizeof(double) * n), *tol = malloc(sizeof(double) * n);
+    for (int64_t i = 0; i < n; i++) {
+        const float v = gm_ref_gelu_tanh(g[i]) * u[i];
+        want[i] = v, tol[i] = 1e-5 * fabs(v) + 1e-6;
+    }
+    expect_close("gelu_mul", o, want, tol, (size_t)n);
+    for (int64_t i = 0; i < n; i++) g[i] = frand() * (i % 3 ? 30.0f : 3000.0f);
+    CU(cudaMemcpy(dg, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+    CK(gm_cuda_softcap(dg, n, 30.0f, NULL));
+    dev_download(o, dg, sizeof(float) * n);
+    memcpy(u, g, sizeof(float) * n);
+    gm_ref_softcap(u, n, 30.0f);
+    for (int64_t i = 0; i < n; i++) want[i] = u[i], tol[i] = 1e-5 * fabs(u[i]) + 1e-6;
+    expect_close("softcap", o, want, tol, (size_t)n);
+    free(g), free(u), free(o), free(want), free(tol);
+    CU(cudaFree(dg)); CU(cudaFree(du));
+    printf("[ cuda     ] gelu_mul, softcap: pass on %lld values (tolerance 1e-5 relative)\n", (long long)n);
+}
+
+/* ---- KV store + attention ---- */
+typedef struct attn_case {
+    int n_head, n_head_kv, hd, kv_type, window, n_tokens, same_seq, over_keys;
+} attn_case;
+
+static void run_attention(const attn_case *c) {
+    const int n_seq = 2, n_batch = 8, D = c->hd, hkv = c->n_head_kv, nh = c->n_head, G = nh / hkv;
+    const int ring = c->window > 0, n_slots = ring ? c->window + n_batch : 1100;
+    const size_t row = (size_t)hkv * D, esz = c->kv_type == GM_TYPE_F16 ? 2 : 4;
+    const size_t cache_vals = (size_t)n_seq * n_slots * row;
+    /* the cache before the batch: random everywhere (as if earlier tokens were stored) */
+    uint8_t *kc = malloc(cache_vals * esz), *vc = malloc(cache_vals * esz);
+    for (size_t i = 0; i < cache_vals; i++) {
+        const float a = frand(), b = frand();
+        if (esz == 2) ((gm_f16 *)kc)[i] = gm_f32_to_f16(a), ((gm_f16 *)vc)[i] = gm_f32_to_f16(b);
+        else ((float *)kc)[i] = a, ((float *)vc)[i] = b;
+    }
+    /* the batch: decode (one token per sequence) or a run of consecutive positions in one sequence */
+    const int T = c->n_tokens;
+    int32_t pos[8], seq[8];
+    /* positions of one sequence in a batch are distinct (t mod 4 differs), so no two tokens share a slot */
+    const int p0 = ring ? 4 * (175 + (int)urand(75)) : 4 * (10 + (int)urand(250));
+    for (int t = 0; t < T; t++) {
+        seq[t] = c->same_seq ? 1 : t % n_seq;
+        pos[t] = c->same_seq ? p0 + t : t == 0 ? p0 : 4 * (int)urand(ring ? 500 : 250) + t;
+    }
+    int max_keys = 0;
+    for (int t = 0; t < T; t++) {
+        const int lo = ring && pos[t] - c->window + 1 > 0 ? pos[t] - c->window + 1 : 0;
+        if (pos[t] - lo + 1 > max_keys) max_keys = pos[t] - lo + 1;
+    }
+    if (c->over_keys) max_keys = 4096;
+    const size_t qn = (size_t)T * nh * D;
+    float *q = malloc(sizeof(float) * qn), *k = malloc(sizeof(float) * T * row), *v = malloc(sizeof(float) * T * row);
+    for (size_t i = 0; i < qn; i++) q[i] = frand() * 0.2f;
+    for (size_t i = 0; i < T * row; i++) k[i] = frand(), v[i] = frand();
+
+    void *dk = dev_upload(kc, cache_vals * esz), *dv = dev_upload(vc, cache_vals * esz);
+    float *dq = dev_upload(q, sizeof(float) * qn), *dkn = dev_upload(k, sizeof(float) * T * row);
+    float *dvn = dev_upload(v, sizeof(float) * T * row), *dout = dev_alloc(sizeof(float) * qn);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T), *dseq = dev_upload(seq, sizeof(int32_t) * T);
+    const gm_cuda_kv kv = {.type = c->kv_type, .n_slots = n_slots, .ring = ring, .n_head_kv = hkv, .head_dim = D,
+                           .k = dk, .v = dv};
+    const size_t sb = gm_cuda_attention_scratch_bytes(T, nh, D, max_keys);
+    void *dscr = sb ? dev_alloc(sb) : NULL;
+    if (dscr) dev_poison(dscr, sb);
+    dev_poison(dout, sizeof(float) * qn);
+    CK(gm_cuda_kv_store(&kv, dkn, dvn, T, dpos, dseq, NULL));
+    const gm_cuda_attn a = {.kv = &kv, .n_tokens = T, .pos = dpos, .seq = dseq, .n_head = nh, .window = c->window,
+                            .max_keys = max_keys, .q = dq, .out = dout};
+    CK(gm_cuda_attention(&a, dscr, sb, NULL));
+    float *out = malloc(sizeof(float) * qn);
+    dev_download(out, dout, sizeof(float) * qn);
+
+    /* the store on the host, then the cache must be byte-identical */
+    for (int t = 0; t < T; t++) {
+        const size_t at = ((size_t)seq[t] * n_slots + (ring ? pos[t] % n_slots : pos[t])) * row;
+        for (size_t j = 0; j < row; j++) {
+            if (esz == 2) {
+                ((gm_f16 *)kc)[at + j] = gm_f32_to_f16(k[t * row + j]);
+                ((gm_f16 *)vc)[at + j] = gm_f32_to_f16(v[t * row + j]);
+            } else {
+                ((float *)kc)[at + j] = k[t * row + j];
+                ((float *)vc)[at + j] = v[t * row + j];
+            }
+        }
+    }
+    uint8_t *back = malloc(cache_vals * esz);
+    dev_download(back, dk, cache_vals * esz);
+    assert_memory_equal(back, kc, cache_vals * esz);
+    dev_download(back, dv, cache_vals * esz);
+    assert_memory_equal(back, vc, cache_vals * esz);
+
+    /* the oracle: gm_ref_attention_group (f16 cache) / gm_ref_attention_group_f32. Tolerance 5e-5 absolute
+     * (values in [-1, 1]; float softmax and sums in a different order). */
+    double *want = malloc(sizeof(double) * qn), *tol = malloc(sizeof(double) * qn);
+    const int cap = 4096;
+    const void **kr = malloc(sizeof(void *) * cap), **vr = malloc(sizeof(void *) * cap);
+    float *scores = malloc(sizeof(float) * G * cap), *o = malloc(sizeof(float) * G * D);
+    for (int t = 0; t < T; t++) {
+        const int lo = ring && pos[t] - c->window + 1 > 0 ? pos[t] - c->window + 1 : 0, nk = pos[t] - lo + 1;
+        for (int h = 0; h < hkv; h++) {
+            for (int j = 0; j < nk; j++) {
+                const int p = lo + j;
+                const size_t at = (((size_t)seq[t] * n_slots + (ring ? p % n_slots : p)) * hkv + h) * D * esz;
+                kr[j] = kc + at, vr[j] = vc + at;
+            }
+            const size_t qo = ((size_t)t * nh + (size_t)h * G) * D;
+            if (esz == 2)
+                gm_ref_attention_group(q + qo, G, (const gm_f16 *const *)kr, (const gm_f16 *const *)vr, nk, D, scores, o);
+            else
+                gm_ref_attention_group_f32(q + qo, G, (const float *const *)kr, (const float *const *)vr, nk, D, scores, o);
+            for (int i = 0; i < G * D; i++) want[qo + i] = o[i];
+        }
+    }
+    for (size_t i = 0; i < qn; i++) tol[i] = 5e-5;
+    char what[128];
+    snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d%s", nh, hkv, D, esz == 2 ? "f16" : "f32",
+             c->window, T, c->over_keys ? " (max_keys 4096)" : "");
+    expect_close(what, out, want, tol, qn);
+    free(kc), free(vc), free(q), free(k), free(v), free(out), free(back), free(want), free(tol), free(kr), free(vr);
+    free(scores), free(o);
+    CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dq)); CU(cudaFree(dkn)); CU(cudaFree(dvn)); CU(cudaFree(dout));
+    CU(cudaFree(dpos)); CU(cudaFree(dseq));
+    if (dscr) CU(cudaFree(dscr));
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    static const int heads[][3] = {{8, 2, 256}, {8, 1, 512}, {8, 2, 512}, {8, 1, 256}, {4, 1, 128}, {8, 8, 256}, {16, 1, 256}};
+    int cases = 0;
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+        for (int kt = 0; kt < 2; kt++)
+            for (int variant = 0; variant < 4; variant++) {
+                /* 0: decode of 2 sequences, full; 1: decode, sliding window 512 in a ring; 2: 5 consecutive tokens of
+                 * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys */
+                const attn_case c = {.n_head = heads[hi][0], .n_head_kv = heads[hi][1], .hd = heads[hi][2],
+                                     .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16,
+                                     .window = variant == 1 ? 512 : variant == 2 ? 64 : 0,
+                                     .n_tokens = variant == 0 ? 2 : variant == 1 ? 2 : variant == 2 ? 5 : 4,
+                                     .same_seq = variant == 2, .over_keys = variant == 3};
+                run_attention(&c);
+                cases++;
+            }
+    printf("[ cuda     ] kv_store + attention: %d cases pass (cache bytes exact; output tolerance 5e-5)\n", cases);
+}
+
+int main(void) {
+    const int n = gm_cuda_device_count();
+    if (n <= 0) {
+        printf("test_cuda_ops: skipped: %s\n", gm_cuda_last_error());
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("test_cuda_ops: %s, %d SMs, compute %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
