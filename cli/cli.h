@@ -8,6 +8,10 @@
 
 #include "gemmac.h"
 
+/* What text commands print for a model without a tokenizer (gemmac_tokenize: GEMMAC_ERR_UNSUPPORTED). */
+#define CLI_NO_TOKENIZER \
+    "this model has no tokenizer (a Hugging Face directory without tokenizer.json): pass token ids (--tokens)"
+
 typedef struct cli_opts {
     const char *model;         /* -m */
     const char *prompt;        /* -p */
@@ -50,6 +54,8 @@ int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
-int cmd_serve(int argc, char **argv); /* built without libmicrohttpd/cJSON: says so, exits 2 */
+int cmd_serve(int argc, char **argv);
+int cmd_synth(int argc, char **argv);   /* gemmac synth: random weights of a released model's shape */
+int cmd_convert(int argc, char **argv); /* gemmac convert: a Hugging Face directory to GGUF */ /* built without libmicrohttpd/cJSON: says so, exits 2 */
 
 #endif

@@ -32,7 +32,11 @@ static gemmac_token *prompt_tokens(gemmac_model *m, const cli_opts *o, size_t *n
         flags = GEMMAC_TOKENIZE_PARSE_SPECIAL; /* the template writes <bos> itself */
     }
     size_t need = 0;
-    gemmac_tokenize(m, text, len, flags, NULL, 0, &need);
+    if (gemmac_tokenize(m, text, len, flags, NULL, 0, &need) == GEMMAC_ERR_UNSUPPORTED) {
+        fprintf(stderr, "gemmac run: " CLI_NO_TOKENIZER "\n");
+        free(text);
+        return NULL;
+    }
     gemmac_token *ids = malloc((need ? need : 1) * sizeof *ids);
     if (!ids || gemmac_tokenize(m, text, len, flags, ids, need, n) != GEMMAC_OK) {
         fprintf(stderr, "gemmac run: could not tokenize the prompt\n");
@@ -66,6 +70,8 @@ int cmd_run(int argc, char **argv) {
     if (!m) goto done;
     gemmac_model_info info;
     gemmac_model_get_info(m, &info);
+    size_t probe;
+    if (gemmac_tokenize(m, "", 0, 0, NULL, 0, &probe) == GEMMAC_ERR_UNSUPPORTED) o.ids = true; /* no text to show */
     if (prompt) {
         for (size_t i = 0; i < n_prompt; i++)
             if (prompt[i] >= info.n_vocab) {

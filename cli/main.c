@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "  bench   prefill and decode speed (like llama-bench)\n"
             "  logits  write the logits of every position of a token list\n"
             "  serve   OpenAI-compatible HTTP server with continuous batching (gemmac serve --help)\n"
+            "  synth   a GGUF with random weights of a released size   gemmac synth --preset gemma3-270m --type q4_0 -o F\n"
+            "  convert a Hugging Face checkpoint directory to GGUF      gemmac convert DIR -o F [--type f32]\n"
             "\n"
             "common options (llama.cpp's names):\n"
             "  -m PATH            model: a .gguf file or a Hugging Face directory; default: $GEMMAC_MODEL, then the installed Gemma 3 270M\n"
@@ -51,6 +53,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc, argv);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc, argv);
     fprintf(stderr, "gemmac: unknown command '%s' (try gemmac --help)\n", cmd);
     return 2;
 }

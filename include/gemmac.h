@@ -82,7 +82,9 @@ enum {
 };
 
 /* Tokenizes len bytes of text (need not be valid UTF-8). Writes at most cap ids; *n_out gets the count
- * needed. GEMMAC_ERR_BUFFER_TOO_SMALL when cap < *n_out. */
+ * needed. GEMMAC_ERR_BUFFER_TOO_SMALL when cap < *n_out. A model without a tokenizer (a Hugging Face
+ * directory without tokenizer.json) takes token ids only: tokenize and token_piece return
+ * GEMMAC_ERR_UNSUPPORTED and gemmac_detok_new returns NULL. */
 GEMMAC_API gemmac_status gemmac_tokenize(const gemmac_model *model, const char *text, size_t len, int flags,
                                          gemmac_token *tokens, size_t cap, size_t *n_out);
 
@@ -190,6 +192,33 @@ GEMMAC_API void gemmac_sampler_accept(gemmac_sampler *s, gemmac_token token);
 /* Forgets the history and re-seeds: a fixed seed then replays the same sequence. */
 GEMMAC_API void gemmac_sampler_reset(gemmac_sampler *s);
 GEMMAC_API void gemmac_sampler_free(gemmac_sampler *s);
+
+/* ==== Writing GGUF files: synthetic models and conversion ==== */
+typedef struct gemmac_write_params {
+    const char *type;                /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m" (llama.cpp's
+                                        type choice per tensor: norms f32, embeddings and fallbacks as it does) */
+    uint64_t seed;                   /* synth: the weights are a function of (preset, type, seed) */
+    const char *tokenizer_from;      /* a GGUF whose tokenizer.* keys are copied, padded with [PADn] tokens to the
+                                        model's vocabulary; NULL: a placeholder vocabulary (<pad> <eos> <bos> <unk>,
+                                        256 byte tokens, [PADn]) */
+    int32_t n_threads;               /* 0: all cores */
+    gemmac_progress_fn progress;     /* may be NULL; fraction of the bytes written */
+    void *progress_user_data;
+} gemmac_write_params;
+
+GEMMAC_API gemmac_write_params gemmac_write_default_params(void);
+/* Writes a GGUF with random weights and the exact tensor shapes and metadata of a released model size
+ * ("gemma3-270m", ...; the list is in the error message of an unknown name). */
+GEMMAC_API gemmac_status gemmac_synth(const char *preset, const char *path, const gemmac_write_params *params,
+                                      char *err, size_t err_size);
+/* Converts a Hugging Face checkpoint directory (config.json + safetensors) to GGUF with llama.cpp's
+ * converter's names and metadata. */
+GEMMAC_API gemmac_status gemmac_convert(const char *hf_dir, const char *path, const gemmac_write_params *params,
+                                        char *err, size_t err_size);
+/* The resident memory running the model with a context of n_ctx tokens (one sequence, batches of n_batch)
+ * is planned to take: weights the forward pass touches (not the per-layer embedding table, read a row per
+ * token), the f16 KV cache of the layers that own one, and activations. */
+GEMMAC_API uint64_t gemmac_model_plan_bytes(const gemmac_model *model, int32_t n_ctx, int32_t n_batch);
 
 #ifdef __cplusplus
 }

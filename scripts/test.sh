@@ -39,6 +39,7 @@ if [ "${1:-}" != "--quick" ]; then
       fuzz_tokenizer) extra=(-max_len=4096) ;;
       fuzz_safetensors) cp tests/golden/st_fixture.safetensors "$corpus"/; extra=(-dict=tests/fuzz/safetensors.dict -max_len=4096) ;;
       fuzz_hf_config) extra=(-dict=tests/fuzz/hf_config.dict -max_len=4096) ;;
+      fuzz_tokenizer_json) python3 tests/fuzz/make_tokenizer_json_seeds.py "$corpus"; extra=(-dict=tests/fuzz/tokenizer_json.dict -max_len=8192) ;;
     esac
     echo "-- $name"
     GEMMAC_SOURCE_DIR="$PWD" "$target" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \

@@ -360,6 +360,171 @@ static void cpu_free(gm_backend *b) {
     free(c);
 }
 
+/* ---- Gemma 4: scale, add_scale, moe ---- */
+typedef struct scale_ctx {
+    float *y;
+    const float *x;
+    float s;
+} scale_ctx;
+
+static void scale_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    scale_ctx *r = p;
+    for (long i = b; i < e; i++) r->y[i] *= r->s;
+}
+
+static void cpu_scale(gm_backend *b, float *x, int64_t n, float s) {
+    scale_ctx r = {.y = x, .s = s};
+    parallel_for(cpu(b), n, 16384, scale_range, &r);
+}
+
+static void add_scale_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    scale_ctx *r = p;
+    for (long i = b; i < e; i++) r->y[i] = (r->y[i] + r->x[i]) * r->s;
+}
+
+static void cpu_add_scale(gm_backend *b, float *y, const float *x, int64_t n, float s) {
+    scale_ctx r = {.y = y, .x = x, .s = s};
+    parallel_for(cpu(b), n, 16384, add_scale_range, &r);
+}
+
+/* Routing per token (scalar reference), then per expert that any token chose: its tokens gathered, the
+ * expert's gate, up and down slices as 2-D weight views through the threaded matmul, the weighted result
+ * added to each token's row (experts in increasing index, as transformers adds them). */
+static void cpu_moe(gm_backend *b, const float *logits, const float *x, int32_t n, int32_t n_used,
+                    const float *expert_scale, const gm_tensor *gate_up, const gm_tensor *down, float *out) {
+    const int64_t H = gate_up->ne[0], F = gate_up->ne[1] / 2;
+    const int32_t E = (int32_t)gate_up->ne[2];
+    memset(out, 0, sizeof(float) * (size_t)n * (size_t)H);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * n_used), *tok = malloc(sizeof(int32_t) * (size_t)n);
+    float *wts = malloc(sizeof(float) * (size_t)n * n_used), *tw = malloc(sizeof(float) * (size_t)n);
+    float *probs = malloc(sizeof(float) * (size_t)E);
+    float *xs = malloc(sizeof(float) * (size_t)n * H), *ys = malloc(sizeof(float) * (size_t)n * H);
+    float *g = malloc(sizeof(float) * (size_t)n * F), *u = malloc(sizeof(float) * (size_t)n * F);
+    if (ids && tok && wts && tw && probs && xs && ys && g && u) {
+        for (int32_t t = 0; t < n; t++)
+            gm_ref_moe_route(logits + (int64_t)t * E, E, n_used, expert_scale, probs, ids + (int64_t)t * n_used,
+                             wts + (int64_t)t * n_used);
+        for (int32_t e = 0; e < E; e++) {
+            int32_t m = 0;
+            for (int32_t t = 0; t < n; t++)
+                for (int32_t j = 0; j < n_used; j++)
+                    if (ids[(int64_t)t * n_used + j] == e) {
+                        tok[m] = t;
+                        tw[m++] = wts[(int64_t)t * n_used + j];
+                    }
+            if (!m) continue;
+            for (int32_t i = 0; i < m; i++) memcpy(xs + i * H, x + (int64_t)tok[i] * H, sizeof(float) * (size_t)H);
+            gm_tensor gate = *gate_up, up, dn = *down;
+            gate.ne[1] = F, gate.ne[2] = 1;
+            gate.data = (const uint8_t *)gate_up->data + (uint64_t)e * 2 * F * gate_up->row_bytes;
+            up = gate;
+            up.data = (const uint8_t *)gate.data + (uint64_t)F * gate_up->row_bytes;
+            dn.ne[2] = 1;
+            dn.data = (const uint8_t *)down->data + (uint64_t)e * down->ne[1] * down->row_bytes;
+            cpu_matmul(b, &gate, xs, m, g);
+            cpu_matmul(b, &up, xs, m, u);
+            cpu_gelu_mul(b, g, u, (int64_t)m * F);
+            cpu_matmul(b, &dn, g, m, ys);
+            for (int32_t i = 0; i < m; i++) {
+                float *o = out + (int64_t)tok[i] * H;
+                const float *y = ys + i * H;
+                for (int64_t j = 0; j < H; j++) o[j] += tw[i] * y[j];
+            }
+        }
+    }
+    free(ids), free(tok), free(wts), free(tw), free(probs), free(xs), free(ys), free(g), free(u);
+}
+
+/* ---- Gemma 3n: mul_rows, transpose, rms_match, sparsity_gate, altup_predict, altup_correct ---- */
+typedef struct g3n_rows_ctx {
+    float *y;
+    const float *x;
+    const float *w;
+    int32_t d;
+    float k;
+} g3n_rows_ctx;
+
+static void mul_rows_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    g3n_rows_ctx *r = p;
+    for (long i = b; i < e; i++) {
+        const float *x = r->x + i * r->d;
+        float *y = r->y + i * r->d;
+        for (int32_t j = 0; j < r->d; j++) y[j] = x[j] * r->w[j];
+    }
+}
+
+static void cpu_mul_rows(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w) {
+    g3n_rows_ctx r = {.y = y, .x = x, .w = w, .d = d};
+    parallel_for(cpu(b), n_rows, 64, mul_rows_range, &r);
+}
+
+static void cpu_transpose(gm_backend *b, const float *src, float *dst, int32_t n0, int32_t n1, int32_t d) {
+    (void)b;
+    for (int32_t i = 0; i < n0; i++)
+        for (int32_t j = 0; j < n1; j++)
+            memcpy(dst + ((int64_t)j * n0 + i) * d, src + ((int64_t)i * n1 + j) * d, sizeof(float) * (size_t)d);
+}
+
+static void rms_match_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    g3n_rows_ctx *r = p;
+    for (long i = b; i < e; i++) gm_ref_rms_match(r->y + i * r->d, r->x + i * r->d, r->d, r->k);
+}
+
+static void cpu_rms_match(gm_backend *b, float *y, const float *ref, int64_t n_rows, int32_t d, float eps) {
+    g3n_rows_ctx r = {.y = y, .x = ref, .d = d, .k = eps};
+    parallel_for(cpu(b), n_rows, 16, rms_match_range, &r);
+}
+
+static void sparsity_gate_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    g3n_rows_ctx *r = p;
+    for (long i = b; i < e; i++) gm_ref_sparsity_gate(r->y + i * r->d, r->d, r->k);
+}
+
+static void cpu_sparsity_gate(gm_backend *b, float *g, int64_t n_rows, int32_t d, float k) {
+    g3n_rows_ctx r = {.y = g, .d = d, .k = k};
+    parallel_for(cpu(b), n_rows, 4, sparsity_gate_range, &r);
+}
+
+typedef struct altup_ctx {
+    const float *x, *act, *c;
+    float *y;
+    int32_t K, active, n, d;
+} altup_ctx;
+
+static void altup_predict_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    altup_ctx *a = p;
+    const int64_t stride = (int64_t)a->n * a->d;
+    for (long t = b; t < e; t++)
+        gm_ref_altup_predict(a->x + t * a->d, stride, a->c + t * a->K * a->K, a->y + t * a->d, a->K, a->d);
+}
+
+static void cpu_altup_predict(gm_backend *b, const float *x, const float *c, float *y, int32_t K, int32_t n,
+                              int32_t d) {
+    altup_ctx a = {.x = x, .c = c, .y = y, .K = K, .n = n, .d = d};
+    parallel_for(cpu(b), n, 4, altup_predict_range, &a);
+}
+
+static void altup_correct_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    altup_ctx *a = p;
+    const int64_t stride = (int64_t)a->n * a->d;
+    for (long t = b; t < e; t++)
+        gm_ref_altup_correct(a->x + t * a->d, stride, a->act + t * a->d, a->c + t * a->K, a->y + t * a->d, a->K,
+                             a->active, a->d);
+}
+
+static void cpu_altup_correct(gm_backend *b, const float *pred, const float *act, const float *c, float *y, int32_t K,
+                              int32_t active, int32_t n, int32_t d) {
+    altup_ctx a = {.x = pred, .act = act, .c = c, .y = y, .K = K, .active = active, .n = n, .d = d};
+    parallel_for(cpu(b), n, 4, altup_correct_range, &a);
+}
+
 static const gm_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -376,6 +541,15 @@ static const gm_backend_ops cpu_ops = {
     .gelu_mul = cpu_gelu_mul,
     .softcap = cpu_softcap,
     .attention = cpu_attention,
+    .scale = cpu_scale,
+    .add_scale = cpu_add_scale,
+    .moe = cpu_moe,
+    .mul_rows = cpu_mul_rows,
+    .transpose = cpu_transpose,
+    .rms_match = cpu_rms_match,
+    .sparsity_gate = cpu_sparsity_gate,
+    .altup_predict = cpu_altup_predict,
+    .altup_correct = cpu_altup_correct,
 };
 
 gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err) {

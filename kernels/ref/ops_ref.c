@@ -90,3 +90,80 @@ void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, co
         }
     }
 }
+
+void gm_ref_moe_route(const float *logits, int n_expert, int n_used, const float *expert_scale, float *scratch,
+                      int32_t *ids, float *weights) {
+    float max = -INFINITY;
+    for (int e = 0; e < n_expert; e++) {
+        scratch[e] = logits[e];
+        if (logits[e] > max) max = logits[e];
+    }
+    const float inv = gm_ref_softmax_exp(scratch, n_expert, max);
+    for (int e = 0; e < n_expert; e++) scratch[e] *= inv;
+    /* top-k by selection: each pass takes the largest not yet taken, the lower index on ties */
+    float sum = 0.0f;
+    for (int j = 0; j < n_used; j++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int i = 0; i < j && !taken; i++) taken = ids[i] == e;
+            if (!taken && (best < 0 || scratch[e] > scratch[best])) best = e;
+        }
+        ids[j] = best;
+        weights[j] = scratch[best];
+        sum += scratch[best];
+    }
+    for (int j = 0; j < n_used; j++) {
+        weights[j] /= sum;
+        if (expert_scale) weights[j] *= expert_scale[ids[j]];
+    }
+}
+
+/* ---- Gemma 3n ---- */
+void gm_ref_rms_match(float *y, const float *ref, int d, float eps) {
+    double sum_ref = 0.0, sum_y = 0.0;
+    for (int i = 0; i < d; i++) {
+        sum_ref += (double)ref[i] * (double)ref[i];
+        sum_y += (double)y[i] * (double)y[i];
+    }
+    const float target = sqrtf((float)(sum_ref / d));
+    const float mean_y = (float)(sum_y / d);
+    const float current = sqrtf(mean_y > eps ? mean_y : eps);
+    for (int i = 0; i < d; i++) y[i] = y[i] * target / current;
+}
+
+void gm_ref_sparsity_gate(float *g, int d, float k) {
+    double sum = 0.0;
+    for (int i = 0; i < d; i++) sum += g[i];
+    const double mean = sum / d;
+    double var = 0.0;
+    for (int i = 0; i < d; i++) var += ((double)g[i] - mean) * ((double)g[i] - mean);
+    const float cutoff = (float)mean + sqrtf((float)(var / d)) * k;
+    for (int i = 0; i < d; i++) {
+        const float v = g[i] - cutoff;
+        g[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+void gm_ref_altup_predict(const float *x, int64_t stride, const float *c, float *y, int K, int d) {
+    for (int i = 0; i < K; i++) {
+        float *yi = y + i * stride;
+        const float *ci = c + (int64_t)i * K;
+        for (int e = 0; e < d; e++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc += ci[j] * x[j * stride + e];
+            yi[e] = acc + x[i * stride + e];
+        }
+    }
+}
+
+void gm_ref_altup_correct(const float *pred, int64_t stride, const float *act, const float *c, float *y, int K,
+                          int active, int d) {
+    const float *pa = pred + active * stride;
+    for (int i = 0; i < K; i++) {
+        const float coef = c[i] + 1.0f;
+        const float *pi = pred + i * stride;
+        float *yi = y + i * stride;
+        for (int e = 0; e < d; e++) yi[e] = (act[e] - pa[e]) * coef + pi[e];
+    }
+}

@@ -40,4 +40,28 @@ void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const
 void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
                                 int D, float *scores, float *out);
 
+/* Mixture-of-experts routing of one token (Gemma 4, gemma-architecture.md §2.3): p = softmax(logits) over
+ * n_expert scores (float, sum in double); ids[0..n_used) get the n_used largest p in descending order (ties:
+ * the lower index first, as torch.topk); weights[j] = p[ids[j]] / Σ_j p[ids[j]] · expert_scale[ids[j]]
+ * (expert_scale NULL: 1). scratch: [n_expert]. */
+void gm_ref_moe_route(const float *logits, int n_expert, int n_used, const float *expert_scale, float *scratch,
+                      int32_t *ids, float *weights);
+
+/* ---- Gemma 3n ---- */
+/* One row of d: y *= sqrt(mean(ref²)) / sqrt(max(mean(y²), eps)) (sums in double). */
+void gm_ref_rms_match(float *y, const float *ref, int d, float eps);
+
+/* One row of d: g = relu(g − (mean(g) + k·std(g))), std over the d values with divisor d (population),
+ * mean and variance in double. */
+void gm_ref_sparsity_gate(float *g, int d, float k);
+
+/* One token of AltUp predict: K stream rows of d, row i at x + i·stride (y alike, not overlapping x);
+ * c: [K·K]. y_i = Σ_j c[i·K + j]·x_j + x_i (sum over j in order, in float). */
+void gm_ref_altup_predict(const float *x, int64_t stride, const float *c, float *y, int K, int d);
+
+/* One token of AltUp correct: K predicted rows of d at pred + i·stride (y alike, not overlapping pred), act:
+ * the layer's output for stream `active`; c: [K]. y_i = (act − pred_active)·(c[i] + 1) + pred_i. */
+void gm_ref_altup_correct(const float *pred, int64_t stride, const float *act, const float *c, float *y, int K,
+                          int active, int d);
+
 #endif

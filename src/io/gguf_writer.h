@@ -43,4 +43,23 @@ typedef gemmac_status (*gm_gguf_fill_fn)(void *ud, uint64_t i, void *buf, uint64
 gemmac_status gm_gguf_writer_write(gm_gguf_writer *w, const char *path, gm_gguf_fill_fn fill, void *ud,
                                    gm_error *err);
 
+/* ---- additions (streaming tensors larger than memory, copying metadata from a read file) ---- */
+
+/* Produces rows [row0, row0 + n_rows) of tensor i (rows counted over ne[1]·ne[2]·ne[3]) into buf: exactly
+ * n_bytes = gm_row_bytes(type, ne[0]) · n_rows bytes. */
+typedef gemmac_status (*gm_gguf_fill_rows_fn)(void *ud, uint64_t i, int64_t row0, int64_t n_rows, void *buf,
+                                              uint64_t n_bytes, gm_error *err);
+/* As gm_gguf_writer_write, but asks for every tensor in chunks of whole rows of at most chunk_bytes (at least
+ * one row; 0: 64 MiB), so that one tensor of many gigabytes never sits in memory either. */
+gemmac_status gm_gguf_writer_write_rows(gm_gguf_writer *w, const char *path, gm_gguf_fill_rows_fn fill, void *ud,
+                                        uint64_t chunk_bytes, gm_error *err);
+
+struct gm_gguf_kv;
+/* Adds a key/value pair of any type (scalars, strings, arrays of either) with the value of kv, a pair of a
+ * file opened by the reader; key NULL: kv's own key. */
+void gm_gguf_writer_kv_copy(gm_gguf_writer *w, const char *key, const struct gm_gguf_kv *kv);
+/* Number of tensors declared so far, and the total bytes the file will have (header, padding, data). */
+uint64_t gm_gguf_writer_n_tensors(const gm_gguf_writer *w);
+uint64_t gm_gguf_writer_file_size(const gm_gguf_writer *w);
+
 #endif

@@ -166,3 +166,16 @@ gemmac_status gm_hf_rope_of(const gm_hf_config *c, const char *layer_type, float
     *out = r;
     return GEMMAC_OK;
 }
+
+gemmac_status gm_gguf_per_layer_bool(const gm_gguf *g, const char *key, int n_layer, bool *out, gm_error *err) {
+    const gm_gguf_kv *kv = gm_gguf_find_kv(g, key);
+    if (!kv) return gm_fail(err, GEMMAC_ERR_NOT_FOUND, "key %s is missing", key);
+    if (kv->type != GM_GGUF_ARRAY || kv->arr_type != GM_GGUF_BOOL)
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s is not an array of bools", key);
+    if (kv->arr_n != (uint64_t)n_layer)
+        return gm_fail(err, GEMMAC_ERR_BAD_FILE, "%s has %llu values for %d layers", key,
+                       (unsigned long long)kv->arr_n, n_layer);
+    const uint8_t *p = kv->data;
+    for (int i = 0; i < n_layer; i++) out[i] = p[i] != 0;
+    return GEMMAC_OK;
+}

@@ -27,6 +27,9 @@ gemmac_status gm_gguf_per_layer_u32(const gm_gguf *g, const char *key, int n_lay
                                     int64_t def, int32_t *out, gm_error *err);
 /* The rows of token_embd.weight (n_vocab), checked in [1, 2^24]. */
 gemmac_status gm_gguf_embd_rows(const gm_gguf *g, const char *name, int32_t *out, gm_error *err);
+/* A per-layer bool array of exactly n_layer values (attention.sliding_window_pattern of Gemma 3n / 4).
+ * Absent: GEMMAC_ERR_NOT_FOUND; another type or length: GEMMAC_ERR_BAD_FILE naming the key. */
+gemmac_status gm_gguf_per_layer_bool(const gm_gguf *g, const char *key, int n_layer, bool *out, gm_error *err);
 
 /* ---- config.json ---- */
 /* A required integer in [lo, hi] (missing: GEMMAC_ERR_BAD_FILE "config.json: KEY is missing"). */

@@ -56,6 +56,38 @@ typedef struct gm_backend_ops {
     /* z = c·tanh(z/c) over n values. */
     void (*softcap)(gm_backend *b, float *z, int64_t n, float c);
     void (*attention)(gm_backend *b, const gm_attn_args *a);
+    /* ---- Gemma 4 ---- */
+    /* x *= s over n values. */
+    void (*scale)(gm_backend *b, float *x, int64_t n, float s);
+    /* y = (y + x) · s over n values. */
+    void (*add_scale)(gm_backend *b, float *y, const float *x, int64_t n, float s);
+    /* Routed mixture of experts over n tokens (Gemma 4 26B-A4B, gemma-architecture.md §2.3). logits:
+     * [n][n_expert] router scores; per token: p = softmax(logits), the n_used largest (ties: lower index),
+     * w = p / Σ p over them, w_e *= expert_scale[e] (NULL: 1). x: [n][H]; gate_up: [H, 2F, n_expert] (rows
+     * 0..F-1 of an expert are its gate, F..2F-1 its up); down: [F, H, n_expert]. Only the chosen experts run,
+     * each over the tokens that chose it: out[t] = Σ_e w_e · down_e(gelu_tanh(gate_e·x[t]) ⊙ up_e·x[t]).
+     * out: [n][H], written (not accumulated). */
+    void (*moe)(gm_backend *b, const float *logits, const float *x, int32_t n, int32_t n_used,
+                const float *expert_scale, const gm_tensor *gate_up, const gm_tensor *down, float *out);
+    /* ---- Gemma 3n (also uses scale, add_scale) ---- */
+    /* y[i][:] = x[i][:] ⊙ w over n_rows rows of d; w: [d] f32. y may be x. */
+    void (*mul_rows)(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w);
+    /* dst[j][i][:] = src[i][j][:]: src [n0][n1][d] to dst [n1][n0][d] (dst must not overlap src). */
+    void (*transpose)(gm_backend *b, const float *src, float *dst, int32_t n0, int32_t n1, int32_t d);
+    /* Per row of d: y *= rms(ref) / sqrt(max(mean(y²), eps)), rms(ref) = sqrt(mean(ref²)); y, ref: [n_rows][d]
+     * (AltUp: a stream rescaled to the magnitude of another). */
+    void (*rms_match)(gm_backend *b, float *y, const float *ref, int64_t n_rows, int32_t d, float eps);
+    /* Per row of d: g = relu(g − (mean(g) + k·std(g))), std the population standard deviation (activation
+     * sparsity; k = Φ⁻¹(target sparsity)). */
+    void (*sparsity_gate)(gm_backend *b, float *g, int64_t n_rows, int32_t d, float k);
+    /* AltUp predict over K streams x [K][n][d] with per-token coefficients c [n][K·K]:
+     * y[i][t][:] = Σ_j c[t][i·K + j] · x[j][t][:] + x[i][t][:]. y: [K][n][d], not overlapping x. */
+    void (*altup_predict)(gm_backend *b, const float *x, const float *c, float *y, int32_t K, int32_t n, int32_t d);
+    /* AltUp correct of K predicted streams pred [K][n][d] by act [n][d], the layer's output for stream `active`,
+     * with per-token coefficients c [n][K]:
+     * y[i][t][:] = (act[t][:] − pred[active][t][:]) · (c[t][i] + 1) + pred[i][t][:]. y: [K][n][d], not pred. */
+    void (*altup_correct)(gm_backend *b, const float *pred, const float *act, const float *c, float *y, int32_t K,
+                          int32_t active, int32_t n, int32_t d);
 } gm_backend_ops;
 
 struct gm_backend {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/gguf_writer.h"
 #include "model/arch_common.h"
 #include "model/model.h"
 
@@ -225,6 +226,52 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
     return GEMMAC_OK;
 }
 
+/* The inverse of gemma3_hparams_gguf: the keys llama.cpp's converter writes for Gemma 3 (conversion/gemma.py
+ * Gemma3Model over the generic TextModel keys), in its order. Layouts GGUF cannot express (the sliding
+ * pattern is fixed at 6, heads and widths are one value for every layer) are refused by name. */
+static gemmac_status gemma3_write_hparams(const gm_hparams *hp, gm_gguf_writer *w, gm_error *err) {
+    const gm_layer_hparams *l0 = &hp->layer[0];
+    int full = -1, sliding = -1;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const gm_layer_hparams *l = &hp->layer[il];
+        const bool want_sliding = hp->sliding_window > 0 && (il + 1) % 6 != 0;
+        if (l->sliding != want_sliding)
+            return gm_fail(err, GEMMAC_ERR_UNSUPPORTED,
+                           "gemma3: layer %d is %s, but GGUF Gemma 3 files fix the pattern at 5 sliding : 1 full", il,
+                           l->sliding ? "sliding" : "full");
+        if (l->n_head != l0->n_head || l->n_head_kv != l0->n_head_kv || l->head_dim != l0->head_dim ||
+            l->n_ff != l0->n_ff || l->n_rot != l0->n_rot)
+            return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "gemma3: layer %d differs from layer 0 in heads or widths", il);
+        if (l->sliding && sliding < 0) sliding = il;
+        if (!l->sliding && full < 0) full = il;
+    }
+    if (hp->n_kv_shared || hp->n_embd_per_layer || hp->altup_num_inputs || hp->laurel_rank || hp->n_expert)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "gemma3: the hyper-parameters have Gemma 3n / 4 features");
+    const gm_layer_hparams *lf = full >= 0 ? &hp->layer[full] : l0;
+    const float factor = lf->rope_freq_scale > 0 ? 1.0f / lf->rope_freq_scale : 1.0f;
+    if (sliding >= 0 && hp->layer[sliding].rope_freq_scale != 1.0f)
+        return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "gemma3: RoPE scaling on sliding layers cannot be written to GGUF");
+    gm_gguf_writer_u32(w, "gemma3.block_count", (uint32_t)hp->n_layer);
+    gm_gguf_writer_u32(w, "gemma3.context_length", (uint32_t)hp->n_ctx_train);
+    gm_gguf_writer_u32(w, "gemma3.embedding_length", (uint32_t)hp->n_embd);
+    gm_gguf_writer_u32(w, "gemma3.feed_forward_length", (uint32_t)l0->n_ff);
+    gm_gguf_writer_u32(w, "gemma3.attention.head_count", (uint32_t)l0->n_head);
+    gm_gguf_writer_u32(w, "gemma3.attention.head_count_kv", (uint32_t)l0->n_head_kv);
+    if (factor != 1.0f) {
+        gm_gguf_writer_str(w, "gemma3.rope.scaling.type", "linear");
+        gm_gguf_writer_f32(w, "gemma3.rope.scaling.factor", factor);
+    }
+    gm_gguf_writer_f32(w, "gemma3.rope.freq_base", lf->rope_base);
+    if (sliding >= 0) gm_gguf_writer_f32(w, "gemma3.rope.freq_base_swa", hp->layer[sliding].rope_base);
+    gm_gguf_writer_f32(w, "gemma3.attention.layer_norm_rms_epsilon", hp->norm_eps);
+    gm_gguf_writer_u32(w, "gemma3.attention.key_length", (uint32_t)l0->head_dim);
+    gm_gguf_writer_u32(w, "gemma3.attention.value_length", (uint32_t)l0->head_dim);
+    if (l0->n_rot != l0->head_dim) gm_gguf_writer_u32(w, "gemma3.rope.dimension_count", (uint32_t)l0->n_rot);
+    if (hp->final_softcap > 0) gm_gguf_writer_f32(w, "gemma3.final_logit_softcapping", hp->final_softcap);
+    if (hp->sliding_window > 0) gm_gguf_writer_u32(w, "gemma3.attention.sliding_window", (uint32_t)hp->sliding_window);
+    return GEMMAC_OK;
+}
+
 static const char *const gemma3_hf_types[] = {"gemma3_text", "gemma3", NULL};
 
 const gm_arch_impl gm_arch_gemma3 = {
@@ -236,6 +283,6 @@ const gm_arch_impl gm_arch_gemma3 = {
     .hparams_hf = gemma3_hparams_hf,
     .manifest = gemma3_manifest,
     .finish = gemma3_finish,
-    .write_hparams = NULL, /* gemma3_write_hparams */
+    .write_hparams = gemma3_write_hparams,
     .forward = gemma3_forward,
 };

@@ -117,7 +117,7 @@ static gemmac_status bind_one(void *ud, const gm_tensor_spec *s, gm_error *err) 
     for (int i = 1; i < s->n_dims; i++) rows *= s->ne[i];
     const uint64_t row_bytes = gm_row_bytes(tr, s->ne[0]);
     const uint64_t bytes = row_bytes * (uint64_t)rows;
-    if (sliced) data = (const uint8_t *)data + bytes * (uint64_t)s->slice;
+    if (sliced && m->gguf) data = (const uint8_t *)data + bytes * (uint64_t)s->slice; /* HF: a tensor per slice */
     t->name = m->gguf ? s->gguf : NULL; /* names are the caller's (stack) strings: kept only for GGUF */
     t->type = type;
     for (int i = 0; i < 4; i++) t->ne[i] = i < s->n_dims ? s->ne[i] : 1;
@@ -280,6 +280,16 @@ gemmac_status gemmac_model_load(const char *path, const gemmac_model_params *par
     if (m->gguf) {
         st = gm_tokenizer_from_gguf(m->gguf, &m->tok, &err);
         if (st != GEMMAC_OK) goto done;
+    } else if (hf) {
+        /* DIR/tokenizer.json when present (a broken one is an error); without it, token ids only */
+        char tok_path[4200];
+        struct stat sb;
+        snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", path);
+        if (stat(tok_path, &sb) == 0) {
+            st = gm_tokenizer_from_hf_json(path, m->chat_format == GM_CHAT_GEMMA4 ? GM_TOK_BPE_GEMMA4 : GM_TOK_SPM,
+                                           &m->tok, &err);
+            if (st != GEMMAC_OK) goto done;
+        }
     }
     if (m->tok && gm_tokenizer_n_tokens(m->tok) > (uint32_t)m->hp.n_vocab) {
         st = gm_fail(&err, GEMMAC_ERR_BAD_FILE, "tokenizer has %u tokens but the embedding has %d rows",
@@ -375,11 +385,21 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
     sb_printf(&b, "rms norm eps      %g\n", hp->norm_eps);
     sb_printf(&b, "attention scale   %g\n", hp->attn_scale);
     sb_printf(&b, "final softcap     %g\n", hp->final_softcap);
-    sb_printf(&b, "layer  attn     heads  kv  head_dim  n_ff   rope_base  freq_scale\n");
+    if (hp->n_embd_per_layer)
+        sb_printf(&b, "per-layer embd    %d per layer, table of %d rows\n", hp->n_embd_per_layer, hp->n_vocab_per_layer);
+    if (hp->n_expert)
+        sb_printf(&b, "experts           %d, %d used per token, width %d\n", hp->n_expert, hp->n_expert_used,
+                  hp->n_ff_expert);
+    if (hp->altup_num_inputs)
+        sb_printf(&b, "altup / laurel    %d streams (active %d) / rank %d\n", hp->altup_num_inputs, hp->altup_active_idx,
+                  hp->laurel_rank);
+    sb_printf(&b, "layer  attn     heads  kv  head_dim  n_ff   rope_base  freq_scale  n_rot  kv_from  notes\n");
     for (int il = 0; il < hp->n_layer; il++) {
         const gm_layer_hparams *l = &hp->layer[il];
-        sb_printf(&b, "%5d  %-7s  %5d  %2d  %8d  %5d  %10g  %g\n", il, l->sliding ? "sliding" : "full", l->n_head,
-                  l->n_head_kv, l->head_dim, l->n_ff, l->rope_base, l->rope_freq_scale);
+        sb_printf(&b, "%5d  %-7s  %5d  %2d  %8d  %5d  %10g  %10g  %5d  %7d  %s%s%s%s\n", il,
+                  l->sliding ? "sliding" : "full", l->n_head, l->n_head_kv, l->head_dim, l->n_ff, l->rope_base,
+                  l->rope_freq_scale, l->n_rot, l->kv_source, l->rope_freq_factors ? "rope_freqs " : "",
+                  l->v_from_k ? "v=k " : "", l->moe ? "moe " : "", l->act_sparsity_std != 0 ? "sparse " : "");
     }
     const uint64_t *bytes = m->type_bytes, *count = m->type_count;
     sb_printf(&b, "tensors by type\n");
@@ -403,7 +423,33 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
               kv / 1048576.0, n_ctx, kv_more / 1048576.0);
     sb_printf(&b, "                  activations %.2f MiB for batches of 512 tokens\n",
               gm_scratch_bytes(m, 512) / 1048576.0);
+    sb_printf(&b, "                  resident %.2f MiB planned (weights the forward touches, KV, activations, "
+              "tokenizer)\n", gemmac_model_plan_bytes(m, n_ctx, 512) / 1048576.0);
     return b.len;
+}
+
+/* The memory plan: what running a context is expected to keep resident. The per-layer embedding table (and an
+ * untied input embedding) stays mapped and is read a row per token, so it is left out; the LM head, every
+ * layer's weights (all experts: over a few tokens nearly every expert is read), the f16 KV cache of the layers
+ * that own one, the activation buffers (the logits chunk as rows that batches of n_batch can ask for), the
+ * logits handed out, the metadata the tokenizer was built from and its own copy, and a process baseline. */
+uint64_t gemmac_model_plan_bytes(const gemmac_model *m, int32_t n_ctx, int32_t n_batch) {
+    const gm_hparams *hp = &m->hp;
+    if (n_batch < 1) n_batch = 512;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    uint64_t weights = m->weight_bytes;
+    const gm_tensor *ple = &m->w.ple_tok_embd;
+    if (ple->data) weights -= ple->row_bytes * (uint64_t)gm_tensor_rows(ple);
+    const gm_tensor *te = &m->w.tok_embd;
+    if (te->data && m->w.output.data && m->w.output.data != te->data) weights -= te->row_bytes * (uint64_t)gm_tensor_rows(te);
+    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, n_batch, false);
+    const int32_t out_rows = n_batch < GM_LOGITS_CHUNK ? n_batch : GM_LOGITS_CHUNK;
+    const uint64_t scratch = gm_scratch_bytes(m, n_batch) -
+                             sizeof(float) * (uint64_t)(GM_LOGITS_CHUNK - out_rows) * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
+    const uint64_t logits = sizeof(float) * (uint64_t)hp->n_vocab * (uint64_t)out_rows;
+    const uint64_t meta = m->gguf ? 2 * gm_gguf_data_offset(m->gguf) : 0;
+    const uint64_t baseline = 8ull << 20;
+    return weights + kv + scratch + logits + meta + baseline;
 }
 
 /* The widest per-token activation rows over all layers. */
@@ -417,11 +463,34 @@ static void max_widths(const gm_hparams *hp, int64_t *qd, int64_t *kvd, int64_t 
     }
 }
 
+/* Per-token floats of the Gemma 3n buffers of gm_scratch (0: the model has no AltUp / per-layer embeddings):
+ * streams and pred each, aux, small, ple and ple_t each. */
+static void altup_widths(const gm_hparams *hp, int64_t *streams, int64_t *aux, int64_t *small, int64_t *ple) {
+    const int64_t K = hp->altup_num_inputs;
+    *streams = K * hp->n_embd;
+    *aux = K ? hp->n_embd : 0;
+    *small = K ? K + K * K : 0;
+    if (K && hp->laurel_rank > *small) *small = hp->laurel_rank;
+    if (K && hp->n_embd_per_layer > *small) *small = hp->n_embd_per_layer;
+    *ple = (int64_t)hp->n_layer * hp->n_embd_per_layer;
+}
+
+/* Per-token floats of the Gemma 4 MoE buffers (moe_logits, moe_in, moe_out); 0 without MoE layers. */
+static int64_t moe_width(const gm_hparams *hp) {
+    for (int il = 0; il < hp->n_layer; il++)
+        if (hp->layer[il].moe) return (int64_t)hp->n_expert + 2 * (int64_t)hp->n_embd;
+    return 0;
+}
+
 uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch) {
     const gm_hparams *hp = &m->hp;
     int64_t qd, kvd, ff;
     max_widths(hp, &qd, &kvd, &ff);
-    const uint64_t per_token = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)qd + 2 * (uint64_t)kvd + 2 * (uint64_t)ff;
+    int64_t a_streams, a_aux, a_small, a_ple;
+    altup_widths(hp, &a_streams, &a_aux, &a_small, &a_ple);
+    const uint64_t per_token = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)qd + 2 * (uint64_t)kvd + 2 * (uint64_t)ff +
+                               (uint64_t)(2 * a_streams + a_aux + a_small + 2 * a_ple) +
+                               (uint64_t)moe_width(hp);
     const uint64_t fixed = (uint64_t)GM_LOGITS_CHUNK * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
     return sizeof(float) * (per_token * (uint64_t)n_batch + fixed);
 }
@@ -445,7 +514,28 @@ gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_bat
     s->u = b->ops->alloc(b, n * ff);
     s->xo = b->ops->alloc(b, (int64_t)GM_LOGITS_CHUNK * hp->n_embd);
     s->logits = b->ops->alloc(b, (int64_t)GM_LOGITS_CHUNK * hp->n_vocab);
-    if (!s->xo || !s->x || !s->xn || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->logits) {
+    int64_t a_streams, a_aux, a_small, a_ple;
+    altup_widths(hp, &a_streams, &a_aux, &a_small, &a_ple);
+    if (a_streams) {
+        s->streams = b->ops->alloc(b, n * a_streams);
+        s->pred = b->ops->alloc(b, n * a_streams);
+        s->aux = b->ops->alloc(b, n * a_aux);
+        s->small = b->ops->alloc(b, n * a_small);
+    }
+    if (a_ple) {
+        s->ple = b->ops->alloc(b, n * a_ple);
+        s->ple_t = b->ops->alloc(b, n * a_ple);
+    }
+    const bool altup_ok = !a_streams || (s->streams && s->pred && s->aux && s->small);
+    const bool ple_ok = !a_ple || (s->ple && s->ple_t);
+    if (moe_width(hp)) {
+        s->moe_logits = b->ops->alloc(b, n * hp->n_expert);
+        s->moe_in = b->ops->alloc(b, n * hp->n_embd);
+        s->moe_out = b->ops->alloc(b, n * hp->n_embd);
+    }
+    const bool moe_ok = !moe_width(hp) || (s->moe_logits && s->moe_in && s->moe_out);
+    if (!s->xo || !s->x || !s->xn || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->logits ||
+        !altup_ok || !ple_ok || !moe_ok) {
         gm_scratch_free(s, b);
         return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory for activations of %d tokens", n_batch);
     }
@@ -455,7 +545,9 @@ gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_bat
 
 void gm_scratch_free(gm_scratch *s, gm_backend *b) {
     if (!s) return;
-    float *bufs[] = {s->x, s->xn, s->q, s->att, s->k, s->v, s->g, s->u, s->xo, s->logits};
+    float *bufs[] = {s->x,  s->xn,     s->q,    s->att, s->k,   s->v,     s->g,   s->u,
+                     s->xo, s->logits, s->streams, s->pred, s->aux, s->small, s->ple, s->ple_t,
+                     s->moe_logits, s->moe_in, s->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) b->ops->release(b, bufs[i]);
     free(s);
 }

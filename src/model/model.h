@@ -102,6 +102,15 @@ typedef struct gm_scratch {
     float *g, *u;              /* [n_batch][max n_ff] */
     float *xo;                 /* [GM_LOGITS_CHUNK][H] rows whose logits are wanted */
     float *logits;             /* [GM_LOGITS_CHUNK][n_vocab] */
+    /* Gemma 3n (NULL for models without AltUp / per-layer embeddings) */
+    float *streams, *pred;     /* [altup_num_inputs][n_batch][H] AltUp streams and their predictions */
+    float *aux;                /* [n_batch][H] LAuReL output, unembedded streams */
+    float *small;              /* [n_batch][max(laurel_rank, K + K·K)]: LAuReL hidden; router modalities [n][K]
+                                  followed by AltUp coefficients [n][K·K] */
+    float *ple, *ple_t;        /* [n_batch][n_layer·P] per-layer inputs: token-major, then layer-major */
+    /* Gemma 4 mixture of experts (NULL without MoE layers) */
+    float *moe_logits;         /* [n_batch][n_expert] router scores */
+    float *moe_in, *moe_out;   /* [n_batch][H] the experts' normed input, their weighted sum */
 } gm_scratch;
 
 /* Logits are computed this many rows at a time (a full batch of 262144-wide rows would not fit). */

@@ -7,11 +7,20 @@
 gemmac_status gemmac_tokenize(const gemmac_model *m, const char *text, size_t len, int flags, gemmac_token *tokens,
                               size_t cap, size_t *n_out) {
     if (!m || (!text && len) || !n_out || (!tokens && cap)) return GEMMAC_ERR_INVALID_ARG;
+    if (!m->tok) {
+        *n_out = 0;
+        return GEMMAC_ERR_UNSUPPORTED;  /* a Hugging Face directory without tokenizer.json: token ids only */
+    }
     return gm_tokenize(m->tok, text ? text : "", len, flags, tokens, cap, n_out);
 }
 
 gemmac_status gemmac_token_piece(const gemmac_model *m, gemmac_token token, const char **piece, size_t *len) {
     if (!m || !piece || !len) return GEMMAC_ERR_INVALID_ARG;
+    if (!m->tok) {
+        *piece = NULL;
+        *len = 0;
+        return GEMMAC_ERR_UNSUPPORTED;
+    }
     *piece = gm_token_piece(m->tok, token, len);
     return *piece ? GEMMAC_OK : GEMMAC_ERR_INVALID_ARG;
 }
@@ -23,7 +32,7 @@ struct gemmac_detok {
 };
 
 gemmac_detok *gemmac_detok_new(const gemmac_model *m) {
-    if (!m) return NULL;
+    if (!m || !m->tok) return NULL;
     gemmac_detok *d = malloc(sizeof *d);
     if (!d) return NULL;
     d->d = gm_detok_new(m->tok);

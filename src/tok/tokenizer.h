@@ -54,6 +54,29 @@ gemmac_status gm_tokenizer_new(const gm_vocab_desc *d, gm_tokenizer **out, gm_er
 gemmac_status gm_tokenizer_from_gguf(const gm_gguf *g, gm_tokenizer **out, gm_error *err);
 void gm_tokenizer_free(gm_tokenizer *t);
 
+/* A Hugging Face tokenizer.json (src/tok/tokenizer_json.c). path is the file or the directory holding it;
+ * tokenizer_config.json, special_tokens_map.json and generation_config.json next to it, when present, give
+ * bos / eos / pad (texts, else ids) and add_bos_token; a present side file that does not parse is an error
+ * naming it. Accepted: model.type "BPE" (vocab, merges as "a b" or ["a", "b"], byte_fallback, unk_token),
+ * added_tokens (special → control, others → user-defined, as the GGUF converter), the normalizer
+ * Replace(" ", "▁") (optionally after Prepend("▁")), the pre_tokenizer none / Split(" ") / Split into newline
+ * runs. kind_hint is GM_TOK_SPM (Gemma 3 / 3n: merges become scores, see the .c) or GM_TOK_BPE_GEMMA4 when
+ * the caller knows the model family, or GM_TOK_KIND_AUTO: Gemma 4 when the pre_tokenizer splits newline runs
+ * or the vocabulary has <|turn> / <turn|>, else SPM. Defaults as from GGUF: gemma4 always adds BOS; SPM adds
+ * it unless tokenizer_config.json says add_bos_token false (or, without one, the post_processor template does
+ * not start with bos); eot is <end_of_turn> or <turn|> by text, else generation_config's second eos id.
+ * GEMMAC_ERR_BAD_FILE for malformed content (not JSON, no model, ids not 0..n-1 or repeated, duplicate
+ * texts, merges naming unknown tokens), GEMMAC_ERR_UNSUPPORTED for valid files of another kind (Unigram,
+ * WordPiece, other normalizers); messages start with the file name. */
+#define GM_TOK_KIND_AUTO (-1)
+#define GM_TOKJSON_MAX_BYTES (64u << 20)   /* a real Gemma tokenizer.json is ~33 MB */
+#define GM_TOKJSON_MAX_VALUES (1u << 22)   /* JSON values (262144 tokens + 514906 merges ≈ 1.9 M) */
+#define GM_TOKJSON_MAX_DEPTH 32
+gemmac_status gm_tokenizer_from_hf_json(const char *path, int kind_hint, gm_tokenizer **out, gm_error *err);
+/* The same over len bytes of tokenizer.json text, without side files; name is used in messages. */
+gemmac_status gm_tokenizer_from_hf_json_text(const char *text, size_t len, const char *name, int kind_hint,
+                                             gm_tokenizer **out, gm_error *err);
+
 /* Tokenizes len bytes (any bytes: invalid UTF-8 and NULs are fine). flags: GEMMAC_TOKENIZE_ADD_BOS
  * prepends bos when the vocabulary asks for it (add_bos); GEMMAC_TOKENIZE_PARSE_SPECIAL matches control
  * tokens ("<start_of_turn>", "<bos>") in the text. User-defined tokens ("\n\n", "<|channel>") are matched

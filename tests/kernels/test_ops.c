@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "cpu/ops_cpu.h"
+#include "model/backend.h"
 #include "quant/quant.h"
 #include "ref/ops_ref.h"
 
@@ -178,8 +179,172 @@ static void test_gelu_mul_avx2(void **state) {
     free(g), free(u), free(want);
 }
 
+/* ---- Gemma 4 ops ---- */
+
+/* Routing by hand: softmax of (0, ln 2, ln 4, 0) is (1, 2, 4, 1) / 8; the top two are experts 2 and 1 with
+ * renormalised weights 2/3 and 1/3, then times their per-expert scales. Equal scores pick the lower ids. */
+static void test_moe_route_by_hand(void **state) {
+    (void)state;
+    const float logits[4] = {0.0f, logf(2.0f), logf(4.0f), 0.0f}, scale[4] = {1.0f, 3.0f, 0.5f, 1.0f};
+    float scratch[4], wts[2];
+    int32_t ids[2];
+    gm_ref_moe_route(logits, 4, 2, scale, scratch, ids, wts);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 1);
+    assert_true(fabsf(wts[0] - 2.0f / 3.0f * 0.5f) < 1e-6f && fabsf(wts[1] - 1.0f / 3.0f * 3.0f) < 1e-6f);
+    const float flat[5] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    int32_t ids3[3];
+    float wts3[3];
+    gm_ref_moe_route(flat, 5, 3, NULL, scratch, ids3, wts3);
+    assert_true(ids3[0] == 0 && ids3[1] == 1 && ids3[2] == 2);
+    for (int j = 0; j < 3; j++) assert_true(fabsf(wts3[j] - 1.0f / 3.0f) < 1e-6f);
+}
+
+/* The CPU backend's scale, add_scale and moe against plain loops in double (f32 weights). */
+static void test_backend_gemma4_ops(void **state) {
+    (void)state;
+    gm_backend *b;
+    gm_error err = {0};
+    assert_int_equal(gm_backend_cpu_new(2, &b, &err), GEMMAC_OK);
+    assert_int_equal(b->ops->reserve(b, 16, 64, 16, &err), GEMMAC_OK);
+    enum { N = 7, H = 12, F = 5, E = 4, K = 2 };
+    float x[N * H], y[N * H], x0[N * H], y0[N * H];
+    for (int i = 0; i < N * H; i++) x[i] = x0[i] = frand(), y[i] = y0[i] = frand();
+    b->ops->scale(b, x, N * H, -1.5f);
+    b->ops->add_scale(b, y, x0, N * H, 0.25f);
+    for (int i = 0; i < N * H; i++) {
+        assert_true(x[i] == x0[i] * -1.5f);
+        assert_true(fabsf(y[i] - (y0[i] + x0[i]) * 0.25f) < 1e-6f);
+    }
+    static float gate_up[E][2 * F][H], down[E][H][F];
+    float logits[N * E], escale[E], out[N * H];
+    for (int e = 0; e < E; e++) {
+        escale[e] = 0.5f + (float)e;
+        for (int r = 0; r < 2 * F; r++)
+            for (int j = 0; j < H; j++) gate_up[e][r][j] = frand();
+        for (int r = 0; r < H; r++)
+            for (int j = 0; j < F; j++) down[e][r][j] = frand();
+    }
+    for (int i = 0; i < N * E; i++) logits[i] = 3.0f * frand();
+    const gm_tensor tgu = {.type = GM_TYPE_F32, .ne = {H, 2 * F, E, 1}, .row_bytes = H * sizeof(float), .data = gate_up};
+    const gm_tensor tdn = {.type = GM_TYPE_F32, .ne = {F, H, E, 1}, .row_bytes = F * sizeof(float), .data = down};
+    b->ops->moe(b, logits, x0, N, K, escale, &tgu, &tdn, out);
+    for (int t = 0; t < N; t++) {
+        float scratch[E], wts[K];
+        int32_t ids[K];
+        gm_ref_moe_route(logits + t * E, E, K, escale, scratch, ids, wts);
+        for (int o = 0; o < H; o++) {
+            double want = 0;
+            for (int k = 0; k < K; k++) {
+                const int e = ids[k];
+                double acc = 0;
+                for (int f = 0; f < F; f++) {
+                    double g = 0, u = 0;
+                    for (int j = 0; j < H; j++) {
+                        g += (double)gate_up[e][f][j] * x0[t * H + j];
+                        u += (double)gate_up[e][F + f][j] * x0[t * H + j];
+                    }
+                    const double act = 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+                    acc += down[e][o][f] * act * u;
+                }
+                want += wts[k] * acc;
+            }
+            assert_true(fabs(out[t * H + o] - want) <= 1e-5 * (1 + fabs(want)));
+        }
+    }
+    b->ops->free(b);
+}
+
+/* ---- Gemma 3n ops ---- */
+
+/* rms_match, sparsity_gate, altup_predict and altup_correct by hand on tiny cases, then the CPU backend
+ * (threaded over rows / tokens) bit for bit against the scalar references on random input; mul_rows and
+ * transpose against plain loops. */
+static void test_gemma3n_ops_by_hand(void **state) {
+    (void)state;
+    /* rms_match: y = (3, 4) has mean square 12.5, ref = (1, 1, ...) rms 1: y / sqrt(12.5) */
+    float y[2] = {3.0f, 4.0f};
+    const float ref[2] = {1.0f, -1.0f};
+    gm_ref_rms_match(y, ref, 2, 1e-5f);
+    assert_true(fabsf(y[0] - 3.0f / sqrtf(12.5f)) < 1e-6f && fabsf(y[1] - 4.0f / sqrtf(12.5f)) < 1e-6f);
+    /* a zero row is clamped at eps instead of dividing by 0 */
+    float z[2] = {0.0f, 0.0f};
+    gm_ref_rms_match(z, ref, 2, 1e-5f);
+    assert_true(z[0] == 0.0f && z[1] == 0.0f);
+    /* sparsity_gate: (1, 2, 3, 4, 5) has mean 3 and population std sqrt(2); k = 1/sqrt(2) cuts at 4 */
+    float g[5] = {1, 2, 3, 4, 5};
+    gm_ref_sparsity_gate(g, 5, 1.0f / sqrtf(2.0f));
+    assert_true(g[0] == 0 && g[1] == 0 && g[2] == 0 && fabsf(g[3]) < 1e-6f && fabsf(g[4] - 1.0f) < 1e-6f);
+    /* altup_predict, K = 2, d = 2: y_i = Σ_j c[i][j] x_j + x_i */
+    const float x[2][2] = {{1, 2}, {3, 5}}, c[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    float p[2][2];
+    gm_ref_altup_predict(&x[0][0], 2, c, &p[0][0], 2, 2);
+    assert_true(p[0][0] == 0.5f * 1 - 1.0f * 3 + 1 && p[0][1] == 0.5f * 2 - 1.0f * 5 + 2);
+    assert_true(p[1][0] == 2.0f * 1 + 0.25f * 3 + 3 && p[1][1] == 2.0f * 2 + 0.25f * 5 + 5);
+    /* altup_correct, active stream 1: y_i = (act - pred_1)·(c_i + 1) + pred_i */
+    const float act[2] = {10, 20}, cc[2] = {1.0f, -0.5f};
+    float q[2][2];
+    gm_ref_altup_correct(&x[0][0], 2, act, cc, &q[0][0], 2, 1, 2);
+    assert_true(q[0][0] == (10 - 3) * 2.0f + 1 && q[0][1] == (20 - 5) * 2.0f + 2);
+    assert_true(q[1][0] == (10 - 3) * 0.5f + 3 && q[1][1] == (20 - 5) * 0.5f + 5);
+}
+
+static void test_backend_gemma3n_ops(void **state) {
+    (void)state;
+    gm_backend *b;
+    gm_error err = {0};
+    assert_int_equal(gm_backend_cpu_new(2, &b, &err), GEMMAC_OK);
+    assert_int_equal(b->ops->reserve(b, 16, 64, 16, &err), GEMMAC_OK);
+    enum { K = 4, N = 37, D = 29 }; /* more tokens than one thread's share, rows not a multiple of 8 */
+    static float xs[K][N][D], ys[K][N][D], want[K][N][D], act[N][D], coef[N][K * K], w[D];
+    for (int i = 0; i < K; i++)
+        for (int t = 0; t < N; t++)
+            for (int e = 0; e < D; e++) xs[i][t][e] = 4.0f * frand();
+    for (int t = 0; t < N; t++) {
+        for (int e = 0; e < D; e++) act[t][e] = frand();
+        for (int j = 0; j < K * K; j++) coef[t][j] = frand();
+    }
+    for (int e = 0; e < D; e++) w[e] = frand();
+    const int64_t stride = (int64_t)N * D;
+
+    b->ops->altup_predict(b, &xs[0][0][0], &coef[0][0], &ys[0][0][0], K, N, D);
+    for (int t = 0; t < N; t++) gm_ref_altup_predict(&xs[0][t][0], stride, coef[t], &want[0][t][0], K, D);
+    assert_memory_equal(ys, want, sizeof ys);
+
+    b->ops->altup_correct(b, &xs[0][0][0], &act[0][0], &coef[0][0], &ys[0][0][0], K, 2, N, D);
+    for (int t = 0; t < N; t++) /* correct's coefficients are [N][K]: token t's at coef + t·K */
+        gm_ref_altup_correct(&xs[0][t][0], stride, act[t], &coef[0][0] + t * K, &want[0][t][0], K, 2, D);
+    assert_memory_equal(ys, want, sizeof ys);
+
+    memcpy(ys, xs, sizeof ys);
+    memcpy(want, xs, sizeof want);
+    b->ops->rms_match(b, &ys[1][0][0], &xs[0][0][0], N, D, 1e-5f);
+    for (int t = 0; t < N; t++) gm_ref_rms_match(want[1][t], xs[0][t], D, 1e-5f);
+    assert_memory_equal(ys, want, sizeof ys);
+
+    b->ops->sparsity_gate(b, &ys[2][0][0], N, D, 1.6448536f);
+    for (int t = 0; t < N; t++) gm_ref_sparsity_gate(want[2][t], D, 1.6448536f);
+    assert_memory_equal(ys, want, sizeof ys);
+
+    b->ops->mul_rows(b, &xs[3][0][0], &ys[3][0][0], N, D, w);
+    for (int t = 0; t < N; t++)
+        for (int e = 0; e < D; e++) assert_true(ys[3][t][e] == xs[3][t][e] * w[e]);
+
+    /* transpose [K][N][D] -> [N][K][D] */
+    b->ops->transpose(b, &xs[0][0][0], &ys[0][0][0], K, N, D);
+    const float *tr = &ys[0][0][0];
+    for (int i = 0; i < K; i++)
+        for (int t = 0; t < N; t++)
+            for (int e = 0; e < D; e++) assert_true(tr[((int64_t)t * K + i) * D + e] == xs[i][t][e]);
+    b->ops->free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_route_by_hand),
+        cmocka_unit_test(test_backend_gemma4_ops),
+        cmocka_unit_test(test_gemma3n_ops_by_hand),
+        cmocka_unit_test(test_backend_gemma3n_ops),
         cmocka_unit_test(test_rmsnorm_matches_formula),
         cmocka_unit_test(test_rope_matches_formula),
         cmocka_unit_test(test_gelu_and_softcap),
