@@ -516,59 +516,61 @@ static inline __m256 load_bf16x8(const gm_bf16 *p) {
 
 static inline __m256 load_f16x8(const gm_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-#define GM_FLOAT_DOT(name, T, LOAD, SCALAR)                                                              \
-    static void name(int64_t n, float *out, const void *w, const void *a) {                            \
-        const T *x = w, *y = a;                                                                        \
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                     \
-        int64_t i = 0;                                                                                 \
-        for (; i + 32 <= n; i += 32) {                                                                 \
-            s0 = _mm256_fmadd_ps(LOAD(x + i), LOAD(y + i), s0);                                        \
-            s1 = _mm256_fmadd_ps(LOAD(x + i + 8), LOAD(y + i + 8), s1);                                \
-            s2 = _mm256_fmadd_ps(LOAD(x + i + 16), LOAD(y + i + 16), s2);                              \
-            s3 = _mm256_fmadd_ps(LOAD(x + i + 24), LOAD(y + i + 24), s3);                              \
-        }                                                                                              \
-        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD(x + i), LOAD(y + i), s0);                 \
-        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));              \
-        for (; i < n; ++i) sum += SCALAR(x[i]) * SCALAR(y[i]);                                         \
-        *out = sum;                                                                                    \
+/* Weights of type T (LOAD / SCALAR convert them), f32 activations. */
+#define GM_FLOAT_DOT(name, T, LOAD, SCALAR)                                                       \
+    static void name(int64_t n, float *out, const void *w, const void *a) {                       \
+        const T *x = w;                                                                           \
+        const float *y = a;                                                                       \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                               \
+        int64_t i = 0;                                                                            \
+        for (; i + 32 <= n; i += 32) {                                                            \
+            s0 = _mm256_fmadd_ps(LOAD(x + i), _mm256_loadu_ps(y + i), s0);                        \
+            s1 = _mm256_fmadd_ps(LOAD(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);                \
+            s2 = _mm256_fmadd_ps(LOAD(x + i + 16), _mm256_loadu_ps(y + i + 16), s2);              \
+            s3 = _mm256_fmadd_ps(LOAD(x + i + 24), _mm256_loadu_ps(y + i + 24), s3);              \
+        }                                                                                         \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD(x + i), _mm256_loadu_ps(y + i), s0); \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));         \
+        for (; i < n; ++i) sum += SCALAR(x[i]) * y[i];                                            \
+        *out = sum;                                                                               \
     }
 
 /* Four columns, two at a time (eight accumulators fit the 16 registers): per column the single kernel's
  * four accumulators, tail and scalar tail, the weights loaded and converted once per pair of columns. */
-#define GM_FLOAT_DOT_X4(name, T, LOAD, SCALAR)                                                         \
-    static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {                 \
-        const T *x = w;                                                                                \
-        for (int c = 0; c < 4; c += 2) {                                                               \
-            const T *y0 = a[c], *y1 = a[c + 1];                                                        \
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
-            __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;                                                 \
-            int64_t i = 0;                                                                             \
-            for (; i + 32 <= n; i += 32) {                                                             \
-                const __m256 w0 = LOAD(x + i), w1 = LOAD(x + i + 8);                                   \
-                const __m256 w2 = LOAD(x + i + 16), w3 = LOAD(x + i + 24);                             \
-                s0 = _mm256_fmadd_ps(w0, LOAD(y0 + i), s0);                                            \
-                s1 = _mm256_fmadd_ps(w1, LOAD(y0 + i + 8), s1);                                        \
-                s2 = _mm256_fmadd_ps(w2, LOAD(y0 + i + 16), s2);                                       \
-                s3 = _mm256_fmadd_ps(w3, LOAD(y0 + i + 24), s3);                                       \
-                t0 = _mm256_fmadd_ps(w0, LOAD(y1 + i), t0);                                            \
-                t1 = _mm256_fmadd_ps(w1, LOAD(y1 + i + 8), t1);                                        \
-                t2 = _mm256_fmadd_ps(w2, LOAD(y1 + i + 16), t2);                                       \
-                t3 = _mm256_fmadd_ps(w3, LOAD(y1 + i + 24), t3);                                       \
-            }                                                                                          \
-            for (; i + 8 <= n; i += 8) {                                                               \
-                const __m256 w0 = LOAD(x + i);                                                         \
-                s0 = _mm256_fmadd_ps(w0, LOAD(y0 + i), s0);                                            \
-                t0 = _mm256_fmadd_ps(w0, LOAD(y1 + i), t0);                                            \
-            }                                                                                          \
-            float sum0 = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));         \
-            float sum1 = hsum_ps(_mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));         \
-            for (; i < n; ++i) {                                                                       \
-                sum0 += SCALAR(x[i]) * SCALAR(y0[i]);                                                  \
-                sum1 += SCALAR(x[i]) * SCALAR(y1[i]);                                                  \
-            }                                                                                          \
-            out[c] = sum0;                                                                             \
-            out[c + 1] = sum1;                                                                         \
-        }                                                                                              \
+#define GM_FLOAT_DOT_X4(name, T, LOAD, SCALAR)                                                    \
+    static void name(int64_t n, float out[4], const void *w, const void *const a[4]) {            \
+        const T *x = w;                                                                           \
+        for (int c = 0; c < 4; c += 2) {                                                          \
+            const float *y0 = a[c], *y1 = a[c + 1];                                               \
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                           \
+            __m256 t0 = s0, t1 = s0, t2 = s0, t3 = s0;                                            \
+            int64_t i = 0;                                                                        \
+            for (; i + 32 <= n; i += 32) {                                                        \
+                const __m256 w0 = LOAD(x + i), w1 = LOAD(x + i + 8);                              \
+                const __m256 w2 = LOAD(x + i + 16), w3 = LOAD(x + i + 24);                        \
+                s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y0 + i), s0);                            \
+                s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y0 + i + 8), s1);                        \
+                s2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(y0 + i + 16), s2);                       \
+                s3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(y0 + i + 24), s3);                       \
+                t0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y1 + i), t0);                            \
+                t1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y1 + i + 8), t1);                        \
+                t2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(y1 + i + 16), t2);                       \
+                t3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(y1 + i + 24), t3);                       \
+            }                                                                                     \
+            for (; i + 8 <= n; i += 8) {                                                          \
+                const __m256 w0 = LOAD(x + i);                                                    \
+                s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y0 + i), s0);                            \
+                t0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y1 + i), t0);                            \
+            }                                                                                     \
+            float sum0 = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));    \
+            float sum1 = hsum_ps(_mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));    \
+            for (; i < n; ++i) {                                                                  \
+                sum0 += SCALAR(x[i]) * y0[i];                                                     \
+                sum1 += SCALAR(x[i]) * y1[i];                                                     \
+            }                                                                                     \
+            out[c] = sum0;                                                                        \
+            out[c + 1] = sum1;                                                                    \
+        }                                                                                         \
     }
 
 static inline float f32_id(float v) { return v; }

@@ -39,9 +39,10 @@ void gm_quantize_f16_ref(const float *src, void *dst, int64_t n) {
 }
 
 void gm_vec_dot_f16_ref(int64_t n, float *out, const void *w, const void *a) {
-    const gm_f16 *x = w, *y = a;
+    const gm_f16 *x = w;
+    const float *y = a; /* f32 activations */
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += (double)(gm_f16_to_f32(x[i]) * gm_f16_to_f32(y[i]));
+    for (int64_t i = 0; i < n; ++i) sum += (double)(gm_f16_to_f32(x[i]) * y[i]);
     *out = (float)sum;
 }
 
@@ -56,9 +57,10 @@ void gm_quantize_bf16_ref(const float *src, void *dst, int64_t n) {
 }
 
 void gm_vec_dot_bf16_ref(int64_t n, float *out, const void *w, const void *a) {
-    const gm_bf16 *x = w, *y = a;
+    const gm_bf16 *x = w;
+    const float *y = a; /* f32 activations */
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += (double)(gm_bf16_to_f32(x[i]) * gm_bf16_to_f32(y[i]));
+    for (int64_t i = 0; i < n; ++i) sum += (double)(gm_bf16_to_f32(x[i]) * y[i]);
     *out = (float)sum;
 }
 

@@ -20,8 +20,10 @@
 
 static const gm_type_traits k_traits[GM_TYPE_COUNT] = {
     GM_WEIGHT(F32, f32, 1, sizeof(float), F32, gm_quantize_f32_ref),
-    GM_WEIGHT(F16, f16, 1, sizeof(gm_f16), F16, gm_quantize_f16_ref),
-    GM_WEIGHT(BF16, bf16, 1, sizeof(gm_bf16), BF16, gm_quantize_bf16_ref),
+    /* 16-bit float weights take f32 activations (ggml rounds them to the weight's type; keeping them exact
+     * makes a BF16 checkpoint agree with transformers' float32 evaluation of the same weights to ~1e-6) */
+    GM_WEIGHT(F16, f16, 1, sizeof(gm_f16), F32, gm_quantize_f16_ref),
+    GM_WEIGHT(BF16, bf16, 1, sizeof(gm_bf16), F32, gm_quantize_bf16_ref),
     GM_WEIGHT(Q4_0, q4_0, GM_QK, sizeof(gm_block_q4_0), Q8_0, NULL),
     GM_WEIGHT(Q4_1, q4_1, GM_QK, sizeof(gm_block_q4_1), Q8_1, NULL),
     GM_WEIGHT(Q5_0, q5_0, GM_QK, sizeof(gm_block_q5_0), Q8_0, NULL),

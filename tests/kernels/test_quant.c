@@ -198,8 +198,8 @@ static double dot_magnitude(gm_type t, const void *w, const void *aq, int64_t n,
 static void test_traits(void **state) {
     (void)state;
     static const struct { gm_type t; int32_t bs; uint32_t bytes; bool ok; gm_type vdt; const char *name; } want[] = {
-        {GM_TYPE_F32, 1, 4, true, GM_TYPE_F32, "f32"},        {GM_TYPE_F16, 1, 2, true, GM_TYPE_F16, "f16"},
-        {GM_TYPE_BF16, 1, 2, true, GM_TYPE_BF16, "bf16"},     {GM_TYPE_Q4_0, 32, 18, true, GM_TYPE_Q8_0, "q4_0"},
+        {GM_TYPE_F32, 1, 4, true, GM_TYPE_F32, "f32"},        {GM_TYPE_F16, 1, 2, true, GM_TYPE_F32, "f16"},
+        {GM_TYPE_BF16, 1, 2, true, GM_TYPE_F32, "bf16"},     {GM_TYPE_Q4_0, 32, 18, true, GM_TYPE_Q8_0, "q4_0"},
         {GM_TYPE_Q4_1, 32, 20, true, GM_TYPE_Q8_1, "q4_1"},   {GM_TYPE_Q5_0, 32, 22, true, GM_TYPE_Q8_0, "q5_0"},
         {GM_TYPE_Q5_1, 32, 24, true, GM_TYPE_Q8_1, "q5_1"},   {GM_TYPE_Q8_0, 32, 34, true, GM_TYPE_Q8_0, "q8_0"},
         {GM_TYPE_Q8_1, 32, 36, false, GM_TYPE_Q8_1, "q8_1"},  {GM_TYPE_Q2_K, 256, 84, false, GM_TYPE_Q8_K, "q2_K"},

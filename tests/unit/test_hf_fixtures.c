@@ -181,6 +181,8 @@ static void test_from_hf_directory(void **state) {
 
 /* Runs argv (NULL-terminated) with output to /dev/null unless it fails; returns the exit status. */
 static int run_quiet(char *const argv[], const char *log) {
+    fflush(stdout); /* or the child's freopen would print our buffered lines again */
+    fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
         FILE *f = freopen(log, "w", stdout);
