@@ -57,9 +57,11 @@ static gemmac_status gemma3_hparams_gguf(gm_hparams *hp, const gm_gguf *g, gm_er
         return gm_fail(err, GEMMAC_ERR_UNSUPPORTED, "value_length %u differs from key_length %u", value_len, head_dim);
     if (n_rot % 2) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.dimension_count = %u is not even", n_rot);
 
-    float eps, base, scaling;
+    float eps, base, base_swa, scaling, softcap;
     if ((st = gm_gguf_opt_f32(g, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f, &eps, err)) ||
         (st = gm_gguf_opt_f32(g, "gemma3.rope.freq_base", 1e6f, &base, err)) ||
+        (st = gm_gguf_opt_f32(g, "gemma3.rope.freq_base_swa", 10000.0f, &base_swa, err)) ||
+        (st = gm_gguf_opt_f32(g, "gemma3.final_logit_softcapping", 0.0f, &softcap, err)) ||
         (st = gm_gguf_opt_f32(g, "gemma3.rope.scaling.factor", 1.0f, &scaling, err)))
         return st;
     gm_str scaling_type;
@@ -69,6 +71,8 @@ static gemmac_status gemma3_hparams_gguf(gm_hparams *hp, const gm_gguf *g, gm_er
                        (int)(scaling_type.len > 32 ? 32 : scaling_type.len), scaling_type.ptr);
     if (!(eps > 0 && eps < 1)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "rms norm epsilon %g is not in (0, 1)", eps);
     if (!(base > 1)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.freq_base %g is not > 1", base);
+    if (!(base_swa > 1)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.freq_base_swa %g is not > 1", base_swa);
+    if (!(softcap >= 0)) return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.final_logit_softcapping %g is negative", softcap);
     if (!(scaling >= 1 && scaling <= 1024))
         return gm_fail(err, GEMMAC_ERR_BAD_FILE, "gemma3.rope.scaling.factor %g is not in [1, 1024]", scaling);
 
@@ -86,8 +90,9 @@ static gemmac_status gemma3_hparams_gguf(gm_hparams *hp, const gm_gguf *g, gm_er
     hp->attn_scale = n_layer == 62 ? 1.0f / sqrtf((float)n_embd / (float)n_head) : 1.0f / sqrtf((float)head_dim);
     /* Five sliding layers, then one full layer (llama.cpp's swa pattern 6). */
     for (uint32_t il = 0; il < n_layer; il++) hp->layer[il].sliding = window > 0 && (il + 1) % 6 != 0;
+    hp->final_softcap = softcap;
     gemma3_layers(hp, (int32_t)n_head, (int32_t)n_head_kv, (int32_t)head_dim, (int32_t)n_ff, (int32_t)n_rot, base,
-                  10000.0f, scaling);
+                  base_swa, scaling);
     return GEMMAC_OK;
 }
 

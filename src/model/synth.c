@@ -606,6 +606,7 @@ typedef struct write_job {
     int ftype;
     const gemmac_write_params *p;
     bool convert;
+    const gm_tokenizer *tok;    /* convert: the checkpoint's own tokenizer (tokenizer.json), if any */
 } write_job;
 
 static gemmac_status write_file(const write_job *job, const char *path, gm_error *err) {
@@ -632,6 +633,7 @@ static gemmac_status write_file(const write_job *job, const char *path, gm_error
     if (job->size_label) gm_gguf_writer_str(w, "general.size_label", job->size_label);
     if ((st = job->arch->write_hparams(job->hp, w, err))) goto done;
     if (job->p->tokenizer_from) st = copy_tokenizer(w, job->p->tokenizer_from, job->hp->n_vocab, err);
+    else if (job->tok) st = gm_tokenizer_write_gguf(job->tok, w, job->hp->n_vocab, err);
     else st = placeholder_tokenizer(w, job->hp->n_vocab, err);
     if (st) goto done;
     if (ft->quant != GM_TYPE_COUNT || ft->base == GM_TYPE_Q8_0) gm_gguf_writer_u32(w, "general.quantization_version", 2);
@@ -736,7 +738,7 @@ gemmac_status gemmac_synth(const char *preset_name, const char *path, const gemm
     }
     char gname[160];
     snprintf(gname, sizeof gname, "%s (gemmac synth, seed %llu)", pr->general_name, (unsigned long long)p->seed);
-    write_job job = {arch, hp, &c, gname, pr->size_label, ftype, p, false};
+    write_job job = {arch, hp, &c, gname, pr->size_label, ftype, p, false, NULL};
     st = write_file(&job, path, &err);
 done:
     collect_free(&c);
@@ -775,7 +777,7 @@ gemmac_status gemmac_convert(const char *hf_dir, const char *path, const gemmac_
         goto done;
     }
     if ((st = m->arch->manifest(&m->hp, &m->w, collect_one, &c, &err))) goto done;
-    write_job job = {m->arch, &m->hp, &c, m->name, NULL, ftype, p, true};
+    write_job job = {m->arch, &m->hp, &c, m->name, NULL, ftype, p, true, m->tok};
     st = write_file(&job, path, &err);
 done:
     collect_free(&c);

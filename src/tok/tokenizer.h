@@ -54,6 +54,12 @@ gemmac_status gm_tokenizer_new(const gm_vocab_desc *d, gm_tokenizer **out, gm_er
 gemmac_status gm_tokenizer_from_gguf(const gm_gguf *g, gm_tokenizer **out, gm_error *err);
 void gm_tokenizer_free(gm_tokenizer *t);
 
+struct gm_gguf_writer;
+/* Writes t as the tokenizer.ggml.* keys llama.cpp's converter writes (tokenizer_write.c), the token list
+ * padded with "[PADi]" to n_vocab rows (n_vocab >= the tokenizer's size). */
+gemmac_status gm_tokenizer_write_gguf(const gm_tokenizer *t, struct gm_gguf_writer *w, int32_t n_vocab,
+                                      gm_error *err);
+
 /* A Hugging Face tokenizer.json (src/tok/tokenizer_json.c). path is the file or the directory holding it;
  * tokenizer_config.json, special_tokens_map.json and generation_config.json next to it, when present, give
  * bos / eos / pad (texts, else ids) and add_bos_token; a present side file that does not parse is an error

@@ -326,11 +326,67 @@ static void test_broken_checkpoints(void **state) {
     free(good);
 }
 
+/* A checkpoint with a tokenizer.json: the converted GGUF carries the same vocabulary (same ids for the same
+ * texts, special tokens included, and the same text back). */
+static void test_convert_keeps_tokenizer(void **state) {
+    (void)state;
+    const char *cli = getenv("GEMMAC_CLI");
+    if (!cli || !*cli) skip();
+    char src[4096], from[4200], tok_src[4096];
+    gm_test_source_path("tests/golden/hf/gemma3", src, sizeof src);
+    gm_test_source_path("tests/golden/hf_tiny_tokenizer.json", tok_src, sizeof tok_src);
+    char dir[] = "/tmp/gemmac_hftok_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char to[256], gguf[256], log[256];
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/%s", src, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        assert_true(copy_file(from, to));
+    }
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    assert_true(copy_file(tok_src, to));
+    snprintf(gguf, sizeof gguf, "%s/model.gguf", dir);
+    snprintf(log, sizeof log, "%s/convert.log", dir);
+    char *argv[] = {(char *)cli, "convert", dir, "-o", gguf, NULL};
+    if (run_quiet(argv, log) != 0) fail_msg("gemmac convert failed (log: %s)", log);
+    gemmac_model *a = NULL, *b = NULL;
+    char err[1024];
+    if (gemmac_model_load(dir, NULL, &a, err, sizeof err) != GEMMAC_OK) fail_msg("%s", err);
+    if (gemmac_model_load(gguf, NULL, &b, err, sizeof err) != GEMMAC_OK) fail_msg("%s", err);
+    const char *texts[] = {"Hello world", "  two  spaces and\nnewlines\n\n", "caf\xc3\xa9 \xe2\x82\xac 42",
+                           "<start_of_turn>user\nhi<end_of_turn>", "", "\xf0\x9f\x98\x80 emoji"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        for (int flags = 0; flags < 4; flags++) {
+            gemmac_token ta[256], tb[256];
+            size_t na = 0, nb = 0;
+            assert_int_equal(gemmac_tokenize(a, texts[i], strlen(texts[i]), flags, ta, 256, &na), GEMMAC_OK);
+            assert_int_equal(gemmac_tokenize(b, texts[i], strlen(texts[i]), flags, tb, 256, &nb), GEMMAC_OK);
+            if (na != nb || memcmp(ta, tb, na * sizeof *ta) != 0)
+                fail_msg("text %zu flags %d: %zu ids from tokenizer.json, %zu from the converted GGUF", i, flags, na, nb);
+        }
+    gemmac_model_info ia, ib;
+    gemmac_model_get_info(a, &ia);
+    gemmac_model_get_info(b, &ib);
+    assert_int_equal(ia.bos, ib.bos);
+    assert_int_equal(ia.eos, ib.eos);
+    assert_int_equal(ia.eot, ib.eot);
+    gemmac_model_free(a);
+    gemmac_model_free(b);
+    unlink(gguf), unlink(log), unlink(to);
+    for (int i = 0; i < 2; i++) {
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        unlink(to);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_hf_directory),
         cmocka_unit_test(test_from_converted_gguf),
         cmocka_unit_test(test_broken_checkpoints),
+        cmocka_unit_test(test_convert_keeps_tokenizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
