@@ -80,6 +80,14 @@ done:
     return st;
 }
 
+void gm_map_advise_random(const void *p, uint64_t n) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (!p || !n || page <= 0) return;
+    const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    const uintptr_t hi = (uintptr_t)p + n;
+    (void)madvise((void *)lo, hi - lo, MADV_RANDOM);
+}
+
 void gm_map_release(gm_map *m) {
     if (!m) return;
     if (m->data) munmap((void *)m->data, (size_t)m->size);

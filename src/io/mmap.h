@@ -19,6 +19,10 @@ typedef struct gm_map {
  * reads past the new end fault (SIGBUS); model files are assumed not to shrink under a running engine. */
 gemmac_status gm_map_file(const char *path, gm_map *out, gm_error *err);
 
+/* Advises random access for the pages of n bytes at p inside a mapping (no read-ahead, no fault-around):
+ * a table read row by row then keeps only the pages of rows read resident. Best effort. */
+void gm_map_advise_random(const void *p, uint64_t n);
+
 /* Unmaps m (no-op on a zeroed map) and zeroes it. */
 void gm_map_release(gm_map *m);
 

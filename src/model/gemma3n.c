@@ -370,7 +370,7 @@ static gemmac_status gemma3n_manifest(const gm_hparams *hp, gm_weights *w, gm_sp
     DECL(-1, &w->tok_embd, "token_embd.weight", "embed_tokens.weight", GM_ROLE_EMBED, false, 2, H, V);
     DECL(-1, &w->output_norm, "output_norm.weight", "norm.weight", GM_ROLE_NORM, false, 1, H);
     DECL(-1, &w->output, "output.weight", "lm_head.weight", GM_ROLE_MATRIX, true, 2, H, V);
-    DECL(-1, &w->ple_tok_embd, "per_layer_token_embd.weight", "embed_tokens_per_layer.weight", GM_ROLE_EMBED, false,
+    DECL(-1, &w->ple_tok_embd, "per_layer_token_embd.weight", "embed_tokens_per_layer.weight", GM_ROLE_TABLE, false,
          2, L * P, (int64_t)hp->n_vocab_per_layer);
     DECL(-1, &w->ple_model_proj, "per_layer_model_proj.weight", "per_layer_model_projection.weight", GM_ROLE_MATRIX,
          false, 2, H, L * P);
@@ -475,13 +475,9 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
     op->get_rows(b, &w->tok_embd, a->token, n, hp->embed_scale, streams);
 
     /* per-layer inputs: (rmsnorm(W_ple·e / sqrt(H)) + E_ple[tok]·sqrt(P)) / sqrt(2), ids past the table use
-     * row 0; then made layer-major so that each layer's [n][P] block is contiguous */
-    int32_t *ple_ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!ple_ids) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory");
-    for (int32_t t = 0; t < n; t++)
-        ple_ids[t] = a->token[t] >= 0 && a->token[t] < hp->n_vocab_per_layer ? a->token[t] : 0;
-    op->get_rows(b, &w->ple_tok_embd, ple_ids, n, sqrtf((float)P), s->ple);
-    free(ple_ids);
+     * row 0 (get_rows does that: the table has n_vocab_per_layer rows); then made layer-major so that each
+     * layer's [n][P] block is contiguous */
+    op->get_rows(b, &w->ple_tok_embd, a->token, n, sqrtf((float)P), s->ple);
     op->matmul(b, &w->ple_model_proj, streams, n, s->ple_t);
     op->scale(b, s->ple_t, nLP, (float)(1.0 / sqrt((double)H)));
     op->rmsnorm(b, s->ple_t, s->ple_t, (int64_t)n * L, P, vec(&w->ple_proj_norm), hp->norm_eps);

@@ -326,7 +326,7 @@ static gemmac_status gemma4_manifest(const gm_hparams *hp, gm_weights *w, gm_spe
     const int64_t freq_dim = rope_freqs_dim(hp);
     if (freq_dim) DECL(-1, &w->rope_freqs, "rope_freqs.weight", NULL, GM_ROLE_ROPE_FREQS, true, 1, freq_dim / 2);
     if (P) {
-        DECL(-1, &w->ple_tok_embd, "per_layer_token_embd.weight", "embed_tokens_per_layer.weight", GM_ROLE_EMBED,
+        DECL(-1, &w->ple_tok_embd, "per_layer_token_embd.weight", "embed_tokens_per_layer.weight", GM_ROLE_TABLE,
              false, 2, LP, hp->n_vocab_per_layer);
         DECL(-1, &w->ple_model_proj, "per_layer_model_proj.weight", "per_layer_model_projection.weight",
              GM_ROLE_MATRIX, false, 2, H, LP);
@@ -516,12 +516,9 @@ static gemmac_status per_layer_inputs(const gm_forward_args *a, gm_error *err) {
     const gm_backend_ops *op = b->ops;
     gm_scratch *s = a->scratch;
     const int32_t n = a->n_tokens, L = hp->n_layer, P = hp->n_embd_per_layer;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!ids) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory for per-layer inputs");
-    for (int32_t t = 0; t < n; t++)
-        ids[t] = a->token[t] >= 0 && a->token[t] < hp->n_vocab_per_layer ? a->token[t] : 0;
-    /* token part: E_ple[id] · sqrt(P) -> ple_t [n][L·P] */
-    op->get_rows(b, &w->ple_tok_embd, ids, n, sqrtf((float)P), s->ple_t);
+    /* token part: E_ple[id] · sqrt(P) -> ple_t [n][L·P]; ids past the table (n_vocab_per_layer rows) read
+     * row 0, which get_rows does itself */
+    op->get_rows(b, &w->ple_tok_embd, a->token, n, sqrtf((float)P), s->ple_t);
     /* context part: rmsnorm((W · e) · H^-1/2) per P-vector -> ple [n][L·P] */
     op->matmul(b, &w->ple_model_proj, s->x, n, s->ple);
     op->scale(b, s->ple, (int64_t)n * L * P, 1.0f / sqrtf((float)hp->n_embd));
@@ -529,7 +526,6 @@ static gemmac_status per_layer_inputs(const gm_forward_args *a, gm_error *err) {
     op->add_scale(b, s->ple, s->ple_t, (int64_t)n * L * P, 1.0f / sqrtf(2.0f));
     /* token-major [n][L][P] -> layer-major [L][n][P] */
     op->transpose(b, s->ple, s->ple_t, n, L, P);
-    free(ids);
     return GEMMAC_OK;
 }
 

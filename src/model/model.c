@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "io/hf_config.h"
+#include "io/mmap.h"
 #include "io/safetensors.h"
 #include "kv/kv_cache.h"
 
@@ -123,6 +124,7 @@ static gemmac_status bind_one(void *ud, const gm_tensor_spec *s, gm_error *err) 
     for (int i = 0; i < 4; i++) t->ne[i] = i < s->n_dims ? s->ne[i] : 1;
     t->row_bytes = row_bytes;
     t->data = data;
+    if (s->role == GM_ROLE_TABLE) gm_map_advise_random(data, bytes); /* stays mapped; rows come in as read */
     m->n_params += (uint64_t)rows * (uint64_t)s->ne[0];
     m->weight_bytes += bytes;
     if ((int)type < GM_TYPE_COUNT) {

@@ -72,6 +72,9 @@ typedef struct gm_weights {
 typedef enum gm_tensor_role {
     GM_ROLE_MATRIX,            /* used by matmul; kept in the file's type */
     GM_ROLE_EMBED,             /* a table whose rows are looked up (and, tied, the LM head); file's type */
+    GM_ROLE_TABLE,             /* a table that is only ever looked up row by row (the per-layer embeddings):
+                                  file's type, left mapped with random-access advice so only rows read become
+                                  resident */
     GM_ROLE_NORM,              /* an RMSNorm weight: f32 on load; an arch's hf_norm_shift is added to HF values */
     GM_ROLE_VECTOR,            /* any other small tensor read as f32 (scalars, scales, coefficients) */
     GM_ROLE_ROPE_FREQS,        /* RoPE frequency factors: in GGUF files only; derived from hparams otherwise */

@@ -376,7 +376,8 @@ static void random_row(const out_tensor *t, rng *r, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) dst[i] = s * rng_normal(r);
         break;
     }
-    case GM_ROLE_EMBED: {
+    case GM_ROLE_EMBED:
+    case GM_ROLE_TABLE: {
         const float s = 1.0f / sqrtf((float)t->ne[0]);
         for (int64_t i = 0; i < n; i++) dst[i] = s * rng_normal(r);
         break;
