@@ -142,6 +142,12 @@ bool cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o) {
             NEED_VALUE();
             if (cli_int(v, 0, 512, &l)) o->n_threads = (int32_t)l; else BAD_VALUE("a thread count in [0, 512]");
         }
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+            NEED_VALUE();
+            if (!strcmp(v, "all")) o->n_gpu_layers = -1;
+            else if (cli_int(v, 0, 100000, &l)) o->n_gpu_layers = (int32_t)l;
+            else BAD_VALUE("a layer count or 'all'");
+        }
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             NEED_VALUE();
             if (cli_int(v, 1, 1000, &l)) o->reps = (int32_t)l; else BAD_VALUE("a repetition count in [1, 1000]");
@@ -262,6 +268,7 @@ gemmac_ctx *cli_new_ctx(const char *cmd, gemmac_model *m, const cli_opts *o, int
     cp.n_ctx = o->n_ctx;
     cp.n_batch = o->n_batch;
     cp.n_threads = o->n_threads;
+    cp.n_gpu_layers = o->n_gpu_layers;
     const char *tk = o->cache_type_k ? o->cache_type_k : "f16", *tv = o->cache_type_v ? o->cache_type_v : "f16";
     if (o->cache_type_k && !o->cache_type_v) tv = tk;
     if (o->cache_type_v && !o->cache_type_k) tk = tv;

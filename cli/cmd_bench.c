@@ -113,8 +113,9 @@ int cmd_bench(int argc, char **argv) {
             char test[32], label[64];
             snprintf(test, sizeof test, "%s%d", pass == 0 ? "pp" : "tg", n);
             snprintf(label, sizeof label, "%s %s", info.arch, info.name);
-            printf("| %-30.30s | %6.2f MiB | %8.2f M | cpu     | %7d | %13s | %12.2f ± %5.2f |\n", label,
-                   info.weight_bytes / 1048576.0, info.n_params / 1e6, threads, test, mean, sd);
+            printf("| %-30.30s | %6.2f MiB | %8.2f M | %-7s | %7d | %13s | %12.2f ± %5.2f |\n", label,
+                   info.weight_bytes / 1048576.0, info.n_params / 1e6, o.n_gpu_layers ? "cuda" : "cpu", threads,
+                   test, mean, sd);
             fflush(stdout);
         }
     }

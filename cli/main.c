@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "  -t N               threads (default: all cores)\n"
             "  -b N               batch size for prompt processing (default 512)\n"
             "  -ctk/-ctv TYPE     KV cache type, f16 (default) or f32 (both the same)\n"
+            "  -ngl N|all         layers on the GPU (CUDA builds): 0 (default) = CPU, all = everything\n"
             "run / chat options:\n"
             "  -p TEXT / -f FILE  prompt\n"
             "  -n N               tokens to generate (-1: until end of generation)\n"

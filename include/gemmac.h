@@ -131,6 +131,9 @@ typedef struct gemmac_ctx_params {
     int32_t n_batch;                 /* most tokens in one decode call (default 512) */
     int32_t n_threads;               /* 0: all cores */
     gemmac_kv_type type_kv;          /* element type of cached keys and values (default f16) */
+    int32_t n_gpu_layers;            /* layers on the GPU (llama.cpp's -ngl): 0 (default) = the CPU backend,
+                                        -1 or >= the model's layers = everything on the CUDA backend (device 0);
+                                        partial offload is refused for now */
 } gemmac_ctx_params;
 
 GEMMAC_API gemmac_ctx_params gemmac_ctx_default_params(void);

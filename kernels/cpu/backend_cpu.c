@@ -69,6 +69,24 @@ static void cpu_read(gm_backend *b, const float *buf, float *host, int64_t n) {
     memcpy(host, buf, (size_t)n * sizeof(float));
 }
 
+static void *cpu_alloc_bytes(gm_backend *b, size_t n) {
+    (void)b;
+    return malloc(n ? n : 1);
+}
+static void cpu_free_bytes(gm_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+/* Host arrays are read where they are: nothing to stage, and no op of this backend fails after reserve. */
+static gemmac_status cpu_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm_error *err) {
+    (void)b, (void)bi, (void)err;
+    return GEMMAC_OK;
+}
+static gemmac_status cpu_end_batch(gm_backend *b, gm_error *err) {
+    (void)b, (void)err;
+    return GEMMAC_OK;
+}
+
 static void cpu_gather(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst) {
     (void)b;
     for (int32_t i = 0; i < n; i++) memcpy(dst + (int64_t)i * d, src + (int64_t)rows[i] * d, sizeof(float) * d);
@@ -79,10 +97,11 @@ static void cpu_get_rows(gm_backend *b, const gm_tensor *table, const int32_t *i
                          float *out) {
     (void)b;
     const gm_type_cpu *k = gm_cpu_kernels(table->type);
-    const int64_t d = table->ne[0];
+    const int64_t d = table->ne[0], rows = gm_tensor_rows(table);
     for (int32_t i = 0; i < n; i++) {
         float *row = out + (int64_t)i * d;
-        k->dequantize((const uint8_t *)table->data + (uint64_t)ids[i] * table->row_bytes, row, d);
+        const int64_t id = ids[i] >= 0 && ids[i] < rows ? ids[i] : 0;
+        k->dequantize((const uint8_t *)table->data + (uint64_t)id * table->row_bytes, row, d);
         for (int64_t j = 0; j < d; j++) row[j] *= scale;
     }
 }
@@ -528,6 +547,10 @@ static void cpu_altup_correct(gm_backend *b, const float *pred, const float *act
 static const gm_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
+    .alloc_bytes = cpu_alloc_bytes,
+    .free_bytes = cpu_free_bytes,
+    .begin_batch = cpu_begin_batch,
+    .end_batch = cpu_end_batch,
     .reserve = cpu_reserve,
     .alloc = cpu_alloc,
     .release = cpu_release,

@@ -361,6 +361,31 @@ GM_VNNI GM_ALWAYS_INLINE void q32_col_tail_vnni(__m256i ax, __mmask32 neg, __m25
             out[c] = hsum256(_mm256_add_ps(_mm512_castps512_ps256(acc[c]), _mm512_extractf32x8_ps(acc[c], 1))); \
     }
 
+/* One weight row against one activation row: the x4 kernel's steps for a single column (so bit-identical
+ * to it and to the AVX2 vec_dot), two blocks per 512-bit vector: the decode (batch of one) mat-vec. */
+#define GM_Q32_DOT_512(name, BT, VALUES)                                                               \
+    GM_VNNI static void name(int64_t n, float *out, const void *w, const void *a) {                    \
+        const BT *x = w;                                                                               \
+        const gm_block_q8_0 *y = a;                                                                    \
+        const int64_t nb = n / GM_QK;                                                                  \
+        __m512 acc = _mm512_setzero_ps();                                                              \
+        int64_t i = 0;                                                                                 \
+        for (; i + 1 < nb; i += 2) {                                                                   \
+            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(VALUES(&x[i])), VALUES(&x[i + 1]), 1); \
+            q32_col2_vnni(_mm512_abs_epi8(q), _mm512_movepi8_mask(q), f16_bcast2(x[i].d, x[i + 1].d), &y[i], &acc); \
+        }                                                                                              \
+        if (i < nb) {                                                                                  \
+            const __m256i q = VALUES(&x[i]);                                                           \
+            q32_col_tail_vnni(_mm256_abs_epi8(q), _mm256_movepi8_mask(q), f16_bcast(x[i].d), &y[i], &acc); \
+        }                                                                                              \
+        *out = hsum256(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));    \
+    }
+
+GM_Q32_DOT_512(vec_dot_q8_0_vnni512, gm_block_q8_0, q8_0_values)
+GM_Q32_DOT_512(vec_dot_q4_0_vnni512, gm_block_q4_0, q4_0_values)
+GM_Q32_DOT_512(vec_dot_q5_0_vnni512, gm_block_q5_0, q5_0_values)
+#undef GM_Q32_DOT_512
+
 GM_Q32_DOT_X4_512(vec_dot_x4_q8_0_vnni512, gm_block_q8_0, q8_0_values)
 GM_Q32_DOT_X4_512(vec_dot_x4_q4_0_vnni512, gm_block_q4_0, q4_0_values)
 GM_Q32_DOT_X4_512(vec_dot_x4_q5_0_vnni512, gm_block_q5_0, q5_0_values)
@@ -408,8 +433,11 @@ void gm_quant_fill_avx512(gm_type_cpu tab[GM_TYPE_COUNT]) {
 
 /* Only x4 kernels: each gives the results of the x4 it replaces (and so of this table's vec_dot). */
 void gm_quant_fill_avx512_vnni(gm_type_cpu tab[GM_TYPE_COUNT]) {
+    tab[GM_TYPE_Q8_0].vec_dot = vec_dot_q8_0_vnni512;
     tab[GM_TYPE_Q8_0].vec_dot_x4 = vec_dot_x4_q8_0_vnni512;
+    tab[GM_TYPE_Q4_0].vec_dot = vec_dot_q4_0_vnni512;
     tab[GM_TYPE_Q4_0].vec_dot_x4 = vec_dot_x4_q4_0_vnni512;
+    tab[GM_TYPE_Q5_0].vec_dot = vec_dot_q5_0_vnni512;
     tab[GM_TYPE_Q5_0].vec_dot_x4 = vec_dot_x4_q5_0_vnni512;
     tab[GM_TYPE_Q4_1].vec_dot_x4 = vec_dot_x4_q4_1_vnni;
     tab[GM_TYPE_Q5_1].vec_dot_x4 = vec_dot_x4_q5_1_vnni;

@@ -9,7 +9,8 @@
  * Prediction: memory + launch bound; splits of >= 64 keys so ~2 blocks per SM fill the chip at 1 token.
  * Measured (H200, 2026-12-01): 30 us at 4096 keys (553 GB/s), 168 us at 32768 keys (797 GB/s), 29 us for a
  * 512-key sliding layer: latency-bound (serial 64-key chunks per block, two launches), far from the 3.6 us
- * floor. Correct first; tuning is future work. */
+ * floor. Correct first; tuning is future work. Head sizes and groupings the split kernel is not built for go to
+ * a simple one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
 
 #include "common_cuda.cuh"
@@ -305,6 +306,89 @@ static int launch_attn_d(const gm_cuda_attn *a, int G, int n_splits, int ks, flo
     return -1;
 }
 
+/* ---- any head size and grouping: one warp per (query head, token), keys one after another with an online
+ * softmax; lane l holds dims l, l + 32, ... (NPL of them). For the shapes the split kernel is not built for
+ * (the tiny test models' head dims of 16-64, odd groupings); slow on long contexts, exact to float rounding. */
+template <typename KV, int NPL>
+__global__ void __launch_bounds__(32) attn_warp_kernel(const KV *__restrict__ kc, const KV *__restrict__ vc,
+                                                       int n_slots, int ring, int n_head_kv,
+                                                       const int32_t *__restrict__ pos,
+                                                       const int32_t *__restrict__ seq, int n_head, int D,
+                                                       int window, const float *__restrict__ q,
+                                                       float *__restrict__ out) {
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x;
+    const int kvh = h / (n_head / n_head_kv);
+    const int p = pos[t], sq = seq[t];
+    const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    const float *qh = q + ((size_t)t * n_head + h) * D;
+    float qr[NPL], acc[NPL];
+#pragma unroll
+    for (int i = 0; i < NPL; i++) {
+        const int d = lane + 32 * i;
+        qr[i] = d < D ? qh[d] : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int kp = lo; kp <= p; kp++) {
+        const int slot = ring ? kp % n_slots : kp;
+        const size_t at = (((size_t)sq * n_slots + slot) * n_head_kv + kvh) * D;
+        float sc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < D) {
+                float kf;
+                if constexpr (sizeof(KV) == 2) kf = __half2float(kc[at + d]);
+                else kf = kc[at + d];
+                sc = fmaf(qr[i], kf, sc);
+            }
+        }
+        sc = gmc_warp_sum(sc);
+        const float m_new = fmaxf(m, sc);
+        const float alpha = m == -INFINITY ? 0.0f : expf(m - m_new);
+        const float e = expf(sc - m_new);
+        l = l * alpha + e;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < D) {
+                float vf;
+                if constexpr (sizeof(KV) == 2) vf = __half2float(vc[at + d]);
+                else vf = vc[at + d];
+                acc[i] = fmaf(e, vf, acc[i] * alpha);
+            }
+        }
+        m = m_new;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float *o = out + ((size_t)t * n_head + h) * D;
+#pragma unroll
+    for (int i = 0; i < NPL; i++) {
+        const int d = lane + 32 * i;
+        if (d < D) o[d] = acc[i] * inv;
+    }
+}
+
+template <typename KV>
+static int launch_attn_warp(const gm_cuda_attn *a, cudaStream_t st) {
+    const gm_cuda_kv *kv = a->kv;
+    const int D = kv->head_dim;
+    const dim3 grid((unsigned)a->n_head, (unsigned)a->n_tokens);
+#define GMC_WARP_CASE(NPL)                                                                                          \
+    attn_warp_kernel<KV, NPL><<<grid, 32, 0, st>>>((const KV *)kv->k, (const KV *)kv->v, kv->n_slots, kv->ring,    \
+                                                   kv->n_head_kv, a->pos, a->seq, a->n_head, D, a->window, a->q,    \
+                                                   a->out)
+    if (D <= 32) GMC_WARP_CASE(1);
+    else if (D <= 64) GMC_WARP_CASE(2);
+    else if (D <= 128) GMC_WARP_CASE(4);
+    else if (D <= 256) GMC_WARP_CASE(8);
+    else if (D <= 512) GMC_WARP_CASE(16);
+    else if (D <= 1024) GMC_WARP_CASE(32);
+    else return -1;
+#undef GMC_WARP_CASE
+    return 0;
+}
+
 extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
     if (!a || !a->kv || !a->q || !a->out || !a->pos || !a->seq || a->n_tokens < 0 || a->kv->n_head_kv <= 0 ||
         a->n_head % a->kv->n_head_kv != 0 || a->max_keys <= 0 || a->window < 0)
@@ -312,6 +396,13 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     if (a->kv->type != GMC_F16 && a->kv->type != GMC_F32) return gmc_fail(-1, "attention: KV type %d", a->kv->type);
     if (a->n_tokens == 0) return 0;
     const int G = a->n_head / a->kv->n_head_kv;
+    const int D = a->kv->head_dim;
+    const bool fast = (D == 128 || D == 256 || D == 512) && (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
+    if (!fast) {
+        const int rc = a->kv->type == GMC_F16 ? launch_attn_warp<__half>(a, stream) : launch_attn_warp<float>(a, stream);
+        if (rc) return gmc_fail(-1, "attention: head_dim %d is over 1024", D);
+        return gmc_check_launch("attention (one warp per head)");
+    }
     const int n_splits = n_splits_for(a->n_tokens, a->kv->n_head_kv, a->max_keys);
     const int ks = (a->max_keys + n_splits - 1) / n_splits;
     float *pacc = NULL;

@@ -12,15 +12,17 @@
 
 /* GGML type numbers (src/quant/quant.h). */
 enum {
-    GMC_F32 = 0, GMC_F16 = 1, GMC_Q4_0 = 2, GMC_Q8_0 = 8, GMC_Q4_K = 12, GMC_Q5_K = 13, GMC_Q6_K = 14,
+    GMC_F32 = 0, GMC_F16 = 1, GMC_Q4_0 = 2, GMC_Q5_0 = 6, GMC_Q8_0 = 8, GMC_Q4_K = 12, GMC_Q5_K = 13, GMC_Q6_K = 14,
     GMC_BF16 = 30
 };
 
 /* Block byte sizes and offsets of the GGUF layouts (see quant_blocks.h for the meaning of each field). */
 #define GMC_QK 32
 #define GMC_QK_K 256
-enum { Q4_0_BYTES = 18, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K_BYTES = 176, Q6_K_BYTES = 210 };
-/* q4_K: d 0, dmin 2, scales 4..15, qs 16..143.  q5_K: d 0, dmin 2, scales 4..15, qh 16..47, qs 48..175.
+enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K_BYTES = 176, Q6_K_BYTES = 210 };
+/* q5_0: d 0, qh 2..5 (bit j: the fifth bit of element j), qs 6..21 (element j < 16: low nibble of qs[j],
+ * element j + 16: high nibble).
+ * q4_K: d 0, dmin 2, scales 4..15, qs 16..143.  q5_K: d 0, dmin 2, scales 4..15, qh 16..47, qs 48..175.
  * q6_K: ql 0..127, qh 128..191, scales 192..207 (int8), d 208. */
 
 /* Records a failure for gm_cuda_last_error(); returns code. */

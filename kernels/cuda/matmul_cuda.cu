@@ -87,6 +87,32 @@ struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 
     static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
 };
 
+/* q5_0 item = one block, spans as q4_0; the fifth bit of element j is bit j of the 32-bit qh (2-aligned). */
+struct TQ5_0 {
+    enum { ELEMS = 32, SPANS = 2, MINS = 0 };
+    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
+        const uint8_t *b = row + (size_t)it * Q5_0_BYTES;
+        uint32_t qs[4];
+        gmc_ld_words_a2<4>(b + 6, qs);
+        const uint32_t qh = (uint32_t)gmc_ld16(b + 2) | ((uint32_t)gmc_ld16(b + 4) << 16);
+        const float d = gmc_h2f(gmc_ld16(b));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t h0 = 0, h1 = 0; /* bit 4 of byte k <- qh bit 4i + k (low span), 16 + 4i + k (high span) */
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                h0 |= ((qh >> (4 * i + k)) & 1u) << (8 * k + 4);
+                h1 |= ((qh >> (16 + 4 * i + k)) & 1u) << (8 * k + 4);
+            }
+            w[0][i] = (int)__vsub4((qs[i] & 0x0f0f0f0fu) | h0, 0x10101010u);
+            w[1][i] = (int)__vsub4(((qs[i] >> 4) & 0x0f0f0f0fu) | h1, 0x10101010u);
+        }
+        ws[0] = ws[1] = d;
+        wm[0] = wm[1] = 0.0f;
+    }
+    static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
+};
+
 struct TQ8_0 { /* item = half a block (16 weights) */
     enum { ELEMS = 16, SPANS = 1, MINS = 0 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[1][4], float ws[1], float wm[1]) {
@@ -205,12 +231,20 @@ template <class T, int R, int N, int U>
 __global__ void __launch_bounds__(128) mmvq_kernel(const uint8_t *__restrict__ W, uint64_t row_bytes, int64_t M,
                                                    int K, const int8_t *__restrict__ xq,
                                                    const float2 *__restrict__ xds, float *__restrict__ y,
-                                                   int64_t ldy) {
+                                                   int64_t ldy, const int32_t *__restrict__ eid, uint64_t e_bytes,
+                                                   int x_div) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * 4 + warp) * R;
     if (row0 >= M) return;
     const int n_items = K / T::ELEMS;
     const int kb = K / 32;
+    if (eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
+        const int p = blockIdx.y;
+        W += (uint64_t)eid[p] * e_bytes;
+        xq += (size_t)(p / x_div) * K;
+        xds += (size_t)(p / x_div) * kb;
+        y += (size_t)p * ldy;
+    }
     const uint8_t *rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = W + (uint64_t)(row0 + r < M ? row0 + r : M - 1) * row_bytes;
@@ -301,10 +335,17 @@ __device__ __forceinline__ void load_fw(const uint8_t *row, int it, float w[VEC]
 template <int TYPE, int VEC, int R, int N, int U>
 __global__ void __launch_bounds__(128) mmvf_kernel(const uint8_t *__restrict__ W, uint64_t row_bytes, int64_t M,
                                                    int K, const float *__restrict__ x, float *__restrict__ y,
-                                                   int64_t ldy) {
+                                                   int64_t ldy, const int32_t *__restrict__ eid, uint64_t e_bytes,
+                                                   int x_div) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * 4 + warp) * R;
     if (row0 >= M) return;
+    if (eid) { /* expert-indexed (MoE), as mmvq_kernel */
+        const int p = blockIdx.y;
+        W += (uint64_t)eid[p] * e_bytes;
+        x += (size_t)(p / x_div) * K;
+        y += (size_t)p * ldy;
+    }
     const uint8_t *rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = W + (uint64_t)(row0 + r < M ? row0 + r : M - 1) * row_bytes;
@@ -387,13 +428,15 @@ extern "C" size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n) {
 
 extern "C" int gm_cuda_type_supported(int32_t type) {
     switch (type) {
-    case GMC_F32: case GMC_F16: case GMC_BF16: case GMC_Q4_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K:
+    case GMC_F32: case GMC_F16: case GMC_BF16: case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K:
     case GMC_Q6_K: return 1;
     default: return 0;
     }
 }
 
-static int is_quant(int type) { return type == GMC_Q4_0 || type == GMC_Q8_0 || type >= GMC_Q4_K && type <= GMC_Q6_K; }
+static int is_quant(int type) {
+    return type == GMC_Q4_0 || type == GMC_Q5_0 || type == GMC_Q8_0 || (type >= GMC_Q4_K && type <= GMC_Q6_K);
+}
 
 extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, void *xq, gm_cuda_stream stream) {
     if (K % 32 != 0 || n <= 0 || !x || !xq) return gmc_fail(-1, "quantize_act: bad arguments (K=%lld n=%d)", (long long)K, n);
@@ -413,7 +456,7 @@ static void launch_q_ru(const gm_cuda_mat *w, const int8_t *q, const float2 *ds,
     const int K = (int)w->ne0;
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: mmvq_kernel<T, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, q, ds, y, ldy); break;
+    case NN: mmvq_kernel<T, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, q, ds, y, ldy, NULL, 0, 1); break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
@@ -444,7 +487,7 @@ static void launch_f_ru(const gm_cuda_mat *w, const float *x, int n, float *y, i
     const int K = (int)w->ne0;
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: mmvf_kernel<TYPE, VEC, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, x, y, ldy); break;
+    case NN: mmvf_kernel<TYPE, VEC, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, x, y, ldy, NULL, 0, 1); break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
@@ -478,7 +521,7 @@ static int check_mat(const gm_cuda_mat *w, const char *op) {
     if (!w || !w->data || w->ne0 <= 0 || w->ne1 <= 0 || w->ne0 > (1 << 30))
         return gmc_fail(-1, "%s: bad matrix", op);
     if (!gm_cuda_type_supported(w->type)) return gmc_fail(-1, "%s: type %d not supported on CUDA", op, w->type);
-    const int64_t bs = w->type == GMC_Q4_0 || w->type == GMC_Q8_0 ? 32 : is_quant(w->type) ? 256 : 1;
+    const int64_t bs = w->type == GMC_Q4_0 || w->type == GMC_Q5_0 || w->type == GMC_Q8_0 ? 32 : is_quant(w->type) ? 256 : 1;
     if (w->ne0 % bs != 0) return gmc_fail(-1, "%s: row of %lld is not whole blocks", op, (long long)w->ne0);
     if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K) && ((uintptr_t)w->data % 16 || w->row_bytes % 16))
         return gmc_fail(-1, "%s: q4_K/q5_K rows must be 16-byte aligned", op);
@@ -501,6 +544,7 @@ extern "C" int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n,
         float *yc = y + (size_t)c0 * w->ne1;
         switch (w->type) {
         case GMC_Q4_0: launch_q<TQ4_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
+        case GMC_Q5_0: launch_q<TQ5_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
         case GMC_Q8_0: launch_q<TQ8_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
         case GMC_Q4_K: launch_q<TQ4_K>(w, qc, dc, nc, yc, w->ne1, stream); break;
         case GMC_Q5_K: launch_q<TQ5_K>(w, qc, dc, nc, yc, w->ne1, stream); break;
@@ -538,4 +582,57 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
         if (rc) return rc;
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Expert-indexed matmul (MoE): one launch for every (token, chosen expert) pair, grid.y = pairs, one column
+ * each (R = N = U = 1): only the chosen experts' weights are read. */
+template <class T>
+static void launch_q_id(const gm_cuda_mat *w, const int8_t *q, const float2 *ds, const int32_t *eid,
+                        uint64_t e_bytes, int x_div, int n_pairs, float *y, cudaStream_t s) {
+    const dim3 grid((unsigned)((w->ne1 + 3) / 4), (unsigned)n_pairs);
+    mmvq_kernel<T, 1, 1, 1><<<grid, 128, 0, s>>>((const uint8_t *)w->data, w->row_bytes, w->ne1, (int)w->ne0, q, ds, y,
+                                                  w->ne1, eid, e_bytes, x_div);
+}
+
+template <int TYPE>
+static void launch_f_id(const gm_cuda_mat *w, const float *x, const int32_t *eid, uint64_t e_bytes, int x_div,
+                        int n_pairs, float *y, cudaStream_t s) {
+    const dim3 grid((unsigned)((w->ne1 + 3) / 4), (unsigned)n_pairs);
+    mmvf_kernel<TYPE, 1, 1, 1, 1><<<grid, 128, 0, s>>>((const uint8_t *)w->data, w->row_bytes, w->ne1, (int)w->ne0, x,
+                                                        y, w->ne1, eid, e_bytes, x_div);
+}
+
+extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x,
+                                 int32_t x_div, const int32_t *eid, int32_t n_pairs, float *y, void *scratch,
+                                 size_t scratch_bytes, gm_cuda_stream stream) {
+    int rc = check_mat(w, "matmul_id");
+    if (rc) return rc;
+    if (!x || !eid || !y || n_x <= 0 || x_div <= 0 || n_pairs <= 0 || (int64_t)n_pairs > (int64_t)n_x * x_div ||
+        n_pairs > 65535)
+        return gmc_fail(-1, "matmul_id: bad arguments (n_x %d, x_div %d, pairs %d)", n_x, x_div, n_pairs);
+    if (is_quant(w->type)) {
+        if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n_x))
+            return gmc_fail(-1, "matmul_id: scratch of %zu bytes, %zu needed", scratch_bytes,
+                            gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
+        rc = gm_cuda_quantize_act(x, w->ne0, n_x, scratch, stream);
+        if (rc) return rc;
+        const int8_t *q = (const int8_t *)scratch;
+        const float2 *ds = (const float2 *)((const uint8_t *)scratch + align16((size_t)n_x * w->ne0));
+        switch (w->type) {
+        case GMC_Q4_0: launch_q_id<TQ4_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_Q5_0: launch_q_id<TQ5_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_Q8_0: launch_q_id<TQ8_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_Q4_K: launch_q_id<TQ4_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_Q5_K: launch_q_id<TQ5_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_Q6_K: launch_q_id<TQ6_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        }
+    } else {
+        switch (w->type) {
+        case GMC_F32: launch_f_id<GMC_F32>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_F16: launch_f_id<GMC_F16>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        case GMC_BF16: launch_f_id<GMC_BF16>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
+        }
+    }
+    return gmc_check_launch("matmul_id");
 }

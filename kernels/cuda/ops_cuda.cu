@@ -53,6 +53,13 @@ __device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j
         const int q = e < 16 ? (b[2 + e] & 0x0F) : (b[2 + e - 16] >> 4);
         return __fmul_rn((float)(q - 8), gmc_h2f(gmc_ld16(b)));
     }
+    case GMC_Q5_0: {
+        const uint8_t *b = row + (j / 32) * Q5_0_BYTES;
+        const int e = (int)(j % 32);
+        const uint32_t qh = (uint32_t)gmc_ld16(b + 2) | ((uint32_t)gmc_ld16(b + 4) << 16);
+        const int q = (e < 16 ? (b[6 + e] & 0x0F) : (b[6 + e - 16] >> 4)) | (int)(((qh >> e) & 1u) << 4);
+        return __fmul_rn((float)(q - 16), gmc_h2f(gmc_ld16(b)));
+    }
     case GMC_Q8_0: {
         const uint8_t *b = row + (j / 32) * Q8_0_BYTES;
         return __fmul_rn((float)(int8_t)b[2 + j % 32], gmc_h2f(gmc_ld16(b)));
@@ -89,11 +96,12 @@ __device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j
 }
 
 __global__ void get_rows_kernel(int type, const uint8_t *__restrict__ table, uint64_t row_bytes, int64_t d,
-                                const int32_t *__restrict__ ids, float scale, float *__restrict__ out) {
+                                int64_t n_rows, const int32_t *__restrict__ ids, float scale, float *__restrict__ out) {
     const int64_t i = blockIdx.y;
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= d) return;
-    const uint8_t *row = table + (uint64_t)ids[i] * row_bytes;
+    const int64_t id = ids[i] >= 0 && ids[i] < n_rows ? ids[i] : 0; /* ids past the table read row 0 */
+    const uint8_t *row = table + (uint64_t)id * row_bytes;
     out[i * d + j] = __fmul_rn(dq_elem(type, row, j), scale);
 }
 
@@ -103,8 +111,8 @@ extern "C" int gm_cuda_get_rows(const gm_cuda_mat *t, const int32_t *ids, int32_
     if (!gm_cuda_type_supported(t->type)) return gmc_fail(-1, "get_rows: type %d not supported", t->type);
     if (n == 0) return 0;
     const dim3 grid((unsigned)((t->ne0 + 255) / 256), (unsigned)n);
-    get_rows_kernel<<<grid, 256, 0, stream>>>(t->type, (const uint8_t *)t->data, t->row_bytes, t->ne0, ids, scale,
-                                              out);
+    get_rows_kernel<<<grid, 256, 0, stream>>>(t->type, (const uint8_t *)t->data, t->row_bytes, t->ne0, t->ne1, ids,
+                                              scale, out);
     return gmc_check_launch("get_rows");
 }
 

@@ -18,8 +18,9 @@ typedef struct CUstream_st *gm_cuda_stream;
 
 /* A weight matrix (or table) as uploaded verbatim from the GGUF file: ne0 elements per row (the input dim
  * of a matmul), ne1 rows, rows row_bytes apart. type is the GGML type number (src/quant/quant.h). Supported:
- * F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30. The allocation must be readable for 16
- * bytes past the last row (the unaligned-block loads of q4_0 / q8_0 / q6_K may read up to 3 bytes beyond). */
+ * F32 0, F16 1, Q4_0 2, Q5_0 6, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30. The allocation must be readable for
+ * 16 bytes past the last row (the unaligned-block loads of q4_0 / q5_0 / q8_0 / q6_K may read up to 3 bytes
+ * beyond). */
 typedef struct gm_cuda_mat {
     int32_t type;
     int64_t ne0, ne1;
@@ -53,8 +54,17 @@ int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, 
 void gm_cuda_set_mmv_rows(int rows);
 void gm_cuda_set_mmv_unroll(int items);
 
+/* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
+ * expert e's at w->data + e·expert_bytes. For each pair p < n_pairs: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ.
+ * x: [n_x][ne0] f32, eid: [n_pairs] (device), y: [n_pairs][ne1]. Quantized weights quantize x first, as
+ * gm_cuda_matmul: scratch gm_cuda_matmul_scratch_bytes(ne0, n_x). n_pairs <= 65535. */
+int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x, int32_t x_div,
+                      const int32_t *eid, int32_t n_pairs, float *y, void *scratch, size_t scratch_bytes,
+                      gm_cuda_stream stream);
+
 /* ---- row ops ---- */
-/* out[i][:] = row ids[i] of table, dequantized, times scale. ids: [n] (device). out: [n][ne0]. */
+/* out[i][:] = row ids[i] of table, dequantized, times scale; an id outside [0, ne1) reads row 0. ids: [n]
+ * (device). out: [n][ne0]. */
 int gm_cuda_get_rows(const gm_cuda_mat *table, const int32_t *ids, int32_t n, float scale, float *out,
                      gm_cuda_stream stream);
 /* dst[i][:] = src[rows[i]][:], rows of d floats. rows: [n] (device). */
@@ -73,6 +83,41 @@ int gm_cuda_rope(float *x, int32_t n, int32_t n_head, int32_t head_dim, const in
 int gm_cuda_gelu_mul(float *g, const float *u, int64_t n, gm_cuda_stream stream);
 /* z = c·tanh(z/c) over n values. */
 int gm_cuda_softcap(float *z, int64_t n, float c, gm_cuda_stream stream);
+
+/* ---- Gemma 4 / Gemma 3n ops (gemma_ops_cuda.cu); semantics as src/model/backend.h and kernels/ref ---- */
+/* x *= s over n values. */
+int gm_cuda_scale(float *x, int64_t n, float s, gm_cuda_stream stream);
+/* y = (y + x) · s over n values. */
+int gm_cuda_add_scale(float *y, const float *x, int64_t n, float s, gm_cuda_stream stream);
+/* y[i][:] = x[i][:] ⊙ w over n_rows rows of d (w: [d]). y may be x. */
+int gm_cuda_mul_rows(const float *x, float *y, int64_t n_rows, int32_t d, const float *w, gm_cuda_stream stream);
+/* dst[j][i][:] = src[i][j][:]: [n0][n1][d] -> [n1][n0][d]. */
+int gm_cuda_transpose(const float *src, float *dst, int32_t n0, int32_t n1, int32_t d, gm_cuda_stream stream);
+/* Per row of d: y *= rms(ref) / sqrt(max(mean(y²), eps)) (sums in double, as gm_ref_rms_match). */
+int gm_cuda_rms_match(float *y, const float *ref, int64_t n_rows, int32_t d, float eps, gm_cuda_stream stream);
+/* Per row of d: g = relu(g − (mean + k·std)) (mean and variance in double, as gm_ref_sparsity_gate). */
+int gm_cuda_sparsity_gate(float *g, int64_t n_rows, int32_t d, float k, gm_cuda_stream stream);
+/* AltUp predict / correct over K streams of [n][d] (backend.h). */
+int gm_cuda_altup_predict(const float *x, const float *c, float *y, int32_t K, int32_t n, int32_t d,
+                          gm_cuda_stream stream);
+int gm_cuda_altup_correct(const float *pred, const float *act, const float *c, float *y, int32_t K, int32_t active,
+                          int32_t n, int32_t d, gm_cuda_stream stream);
+
+/* Routed mixture of experts over n tokens, entirely on the device (no host synchronisation): per token the
+ * routing of gm_ref_moe_route (softmax, top n_used with ties to the lower index, renormalised, times
+ * expert_scale[e] when not NULL), then for every (token, chosen expert) pair gate/up (gate_up: one expert's
+ * [H][2F] matrix, experts 2F·row_bytes apart), GeGLU, down ([F][H], experts H·row_bytes apart), and
+ * out[t] = Σ_e w_e · y_e summed in increasing expert index. logits [n][n_expert], x [n][H], out [n][H].
+ * scratch: gm_cuda_moe_scratch_bytes. */
+typedef struct gm_cuda_moe_args {
+    const float *logits, *x, *expert_scale;
+    int32_t n, n_used, n_expert;
+    gm_cuda_mat gate_up;       /* one expert: ne0 = H, ne1 = 2F */
+    gm_cuda_mat down;          /* one expert: ne0 = F, ne1 = H */
+    float *out;
+} gm_cuda_moe_args;
+size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int64_t H, int64_t F);
+int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 /* ---- KV cache and attention ----
  * One layer's cache: k, v: [n_seq][n_slots][n_head_kv][head_dim] of f16 (type 1) or f32 (type 0).
@@ -94,7 +139,8 @@ typedef struct gm_cuda_attn {
     int32_t n_tokens;
     const int32_t *pos;        /* [n_tokens] device */
     const int32_t *seq;        /* [n_tokens] device */
-    int32_t n_head;            /* n_head / kv->n_head_kv in {1, 2, 4, 8, 16}; head_dim in {128, 256, 512} */
+    int32_t n_head;            /* fast path: n_head / kv->n_head_kv in {1, 2, 4, 8, 16} and head_dim in {128, 256,
+                                  512}; any other even head_dim <= 1024 and grouping: a one-warp-per-head kernel */
     int32_t window;            /* 0: full; else key k visible iff pos_k <= pos_q and pos_q - pos_k < window */
     int32_t max_keys;          /* host-side upper bound of the keys any query sees (sizes the split) */
     const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */

@@ -1,5 +1,7 @@
-/* kv_cache.c: sizing and allocation of the CPU KV cache described in kv_cache.h. */
+/* kv_cache.c: sizing and allocation of the KV cache described in kv_cache.h (storage from the backend). */
 #include "kv/kv_cache.h"
+
+#include "model/backend.h"
 
 #include <stdlib.h>
 
@@ -25,7 +27,7 @@ uint64_t gm_kv_cache_bytes(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, i
 }
 
 gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch, bool f32,
-                              gm_kv_cache **out, gm_error *err) {
+                              gm_backend *mem, gm_kv_cache **out, gm_error *err) {
     *out = NULL;
     gm_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "KV cache: out of memory");
@@ -33,6 +35,7 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
     kv->n_ctx = n_ctx;
     kv->n_layer = hp->n_layer;
     kv->f32 = f32;
+    kv->mem = mem;
     kv->seq_len = calloc((size_t)n_seq, sizeof *kv->seq_len);
     kv->layer = calloc((size_t)hp->n_layer, sizeof *kv->layer);
     if (!kv->seq_len || !kv->layer) goto oom;
@@ -44,8 +47,8 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
         l->row = hp->layer[il].n_head_kv * hp->layer[il].head_dim;
         l->elem = f32 ? sizeof(float) : sizeof(gm_f16);
         const size_t n = (size_t)n_seq * l->n_slots * l->row;
-        l->k = malloc(n * l->elem);
-        l->v = malloc(n * l->elem);
+        l->k = mem->ops->alloc_bytes(mem, n * l->elem);
+        l->v = mem->ops->alloc_bytes(mem, n * l->elem);
         if (!l->k || !l->v) goto oom;
         kv->bytes += 2 * n * l->elem;
     }
@@ -53,15 +56,16 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
     return GEMMAC_OK;
 oom:
     gm_kv_cache_free(kv);
-    return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "KV cache: out of memory for %d positions x %d sequences", n_ctx, n_seq);
+    return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "KV cache: out of %s memory for %d positions x %d sequences",
+                   mem->ops->name, n_ctx, n_seq);
 }
 
 void gm_kv_cache_free(gm_kv_cache *kv) {
     if (!kv) return;
     if (kv->layer)
         for (int il = 0; il < kv->n_layer; il++) {
-            free(kv->layer[il].k);
-            free(kv->layer[il].v);
+            if (kv->layer[il].k) kv->mem->ops->free_bytes(kv->mem, kv->layer[il].k);
+            if (kv->layer[il].v) kv->mem->ops->free_bytes(kv->mem, kv->layer[il].v);
         }
     free(kv->layer);
     free(kv->seq_len);

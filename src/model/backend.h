@@ -1,9 +1,28 @@
-/* backend.h: the ops a forward pass is written in, as a table a backend fills (CPU now, CUDA later).
- * The forward pass (gemma3.c, ...) only calls these and passes activation buffers around; it never reads
- * activation memory itself, so a backend may keep them on a device. Every op takes a batch of n tokens. */
+/* backend.h: the ops a forward pass is written in, as a table a backend fills (CPU: kernels/cpu/backend_cpu.c,
+ * CUDA: kernels/cuda/backend_cuda.c). The forward pass (gemma3.c, ...) only calls these and passes activation
+ * buffers around; it never reads activation memory itself, so a backend may keep them on a device. Every op
+ * takes a batch of n tokens.
+ *
+ * What lives where (the contract every backend keeps):
+ *  - Activation buffers (float *, from alloc) and KV cache storage (from alloc_bytes) are BACKEND memory: on a
+ *    device backend, device pointers. Only ops touch them; read() copies one back to the host.
+ *  - Weights are HOST pointers into the model (gm_tensor data, and the f32 vectors a forward passes: norm
+ *    weights, rope freq_factors, expert scales, mul_rows weights). A device backend keeps its own copy, made
+ *    once on first use and found again by the host pointer; model weights never change while a context lives.
+ *  - Integer arrays (token ids, positions, sequence ids, output rows) come from one place only: the context
+ *    calls begin_batch with the batch's token / pos / seq / out_rows host arrays before each forward, and every
+ *    int32_t pointer an op receives during that forward must point into one of those four arrays (any offset
+ *    inside it: out_rows + i0 is fine). A device backend uploads the four in one copy at begin_batch and maps
+ *    the host pointers an op receives onto its device copies; the CPU backend just reads the host arrays.
+ *    A forward that needs other indices derives them inside an op (e.g. get_rows maps ids past its table to
+ *    row 0) rather than building host arrays.
+ *  - Errors: ops return nothing. A backend that can fail (device out of memory, a failed launch) remembers the
+ *    first failure, skips the work of later ops, and reports it from end_batch, which the context calls after
+ *    each forward. read() is the only op that waits for the device (one host synchronisation per forward). */
 #ifndef GM_BACKEND_H
 #define GM_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -26,9 +45,24 @@ typedef struct gm_attn_args {
     float *out;                /* [n_tokens][n_head][head_dim] */
 } gm_attn_args;
 
+/* The host arrays of one forward's batch (see the top of this file). */
+typedef struct gm_batch_ints {
+    int32_t n_tokens;
+    const int32_t *token, *pos, *seq;  /* [n_tokens] */
+    int32_t n_out;
+    const int32_t *out_rows;           /* [n_out] */
+} gm_batch_ints;
+
 typedef struct gm_backend_ops {
     const char *name;
     void (*free)(gm_backend *b);
+    /* Storage of n bytes in backend memory for the KV cache (NULL on failure), and its release. */
+    void *(*alloc_bytes)(gm_backend *b, size_t n);
+    void (*free_bytes)(gm_backend *b, void *p);
+    /* Before a forward: the batch's integer arrays, the only ones ops of this forward may receive. */
+    gemmac_status (*begin_batch)(gm_backend *b, const gm_batch_ints *bi, gm_error *err);
+    /* After a forward: the first failure of any op since the last end_batch (GEMMAC_OK if none). */
+    gemmac_status (*end_batch)(gm_backend *b, gm_error *err);
     /* Sizes scratch for batches of up to n_tokens, rows of up to max_row elements, and attention over up to
      * max_keys keys; called once by a context before any op. */
     gemmac_status (*reserve)(gm_backend *b, int32_t n_tokens, int64_t max_row, int32_t max_keys, gm_error *err);
@@ -37,7 +71,8 @@ typedef struct gm_backend_ops {
     void (*release)(gm_backend *b, float *buf);
     /* Copies n floats of a buffer to host memory. */
     void (*read)(gm_backend *b, const float *buf, float *host, int64_t n);
-    /* out[i][:] = row ids[i] of table, dequantized, times scale. out: [n][table.ne0] */
+    /* out[i][:] = row ids[i] of table, dequantized, times scale; an id outside [0, rows of table) reads row 0
+     * (the per-layer embeddings of Gemma 3n / 4 are narrower than the vocabulary). out: [n][table.ne0] */
     void (*get_rows)(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale, float *out);
     /* dst[i][:] = src[rows[i]][:], rows of d floats. */
     void (*gather)(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst);
@@ -96,5 +131,8 @@ struct gm_backend {
 
 /* The CPU backend with n_threads workers (<= 0: all cores). */
 gemmac_status gm_backend_cpu_new(int n_threads, gm_backend **out, gm_error *err);
+/* The CUDA backend on device `device` (kernels/cuda/backend_cuda.c; only in builds with GEMMAC_HAVE_CUDA).
+ * Fails with GEMMAC_ERR_BACKEND and a message naming the reason when there is no usable device. */
+gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err);
 
 #endif

@@ -23,7 +23,7 @@ struct gemmac_ctx {
 };
 
 gemmac_ctx_params gemmac_ctx_default_params(void) {
-    gemmac_ctx_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0};
+    gemmac_ctx_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0, .n_gpu_layers = 0};
     return p;
 }
 
@@ -63,6 +63,25 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
         st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "thread count %d is outside [0, 512]", p.n_threads);
         goto fail;
     }
+    if (p.n_gpu_layers < -1) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "n_gpu_layers %d is not -1 (all), 0 (CPU) or a layer count",
+                     p.n_gpu_layers);
+        goto fail;
+    }
+    const bool gpu = p.n_gpu_layers != 0;
+    if (gpu && p.n_gpu_layers != -1 && p.n_gpu_layers < hp->n_layer) {
+        st = gm_fail(&err, GEMMAC_ERR_UNSUPPORTED,
+                     "partial offload (-ngl %d of %d layers) is not supported yet: use -ngl all or 0",
+                     p.n_gpu_layers, hp->n_layer);
+        goto fail;
+    }
+#ifndef GEMMAC_HAVE_CUDA
+    if (gpu) {
+        st = gm_fail(&err, GEMMAC_ERR_UNSUPPORTED,
+                     "-ngl %d asks for the GPU, but this gemmac was built without CUDA: use -ngl 0", p.n_gpu_layers);
+        goto fail;
+    }
+#endif
     c = calloc(1, sizeof *c);
     if (!c) {
         st = gm_fail(&err, GEMMAC_ERR_NO_MEMORY, "out of memory");
@@ -70,8 +89,15 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
     }
     c->model = model;
     c->p = p;
-    if ((st = gm_backend_cpu_new(p.n_threads, &c->backend, &err)) != GEMMAC_OK) goto fail;
-    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, p.type_kv == GEMMAC_KV_F32, &c->kv, &err)) != GEMMAC_OK) goto fail;
+#ifdef GEMMAC_HAVE_CUDA
+    if (gpu) st = gm_backend_cuda_new(0, &c->backend, &err);
+    else
+#endif
+        st = gm_backend_cpu_new(p.n_threads, &c->backend, &err);
+    if (st != GEMMAC_OK) goto fail;
+    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, p.type_kv == GEMMAC_KV_F32, c->backend, &c->kv,
+                              &err)) != GEMMAC_OK)
+        goto fail;
     if ((st = gm_scratch_new(model, c->backend, p.n_batch, &c->scratch, &err)) != GEMMAC_OK) goto fail;
     int64_t max_row = hp->n_embd;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -96,11 +122,11 @@ fail:
 
 void gemmac_ctx_free(gemmac_ctx *c) {
     if (!c) return;
+    gm_kv_cache_free(c->kv); /* its storage belongs to the backend: freed first */
     if (c->backend) {
         gm_scratch_free(c->scratch, c->backend);
         c->backend->ops->free(c->backend);
     }
-    gm_kv_cache_free(c->kv);
     free(c->seq_next);
     free(c->out_rows);
     free(c->logits);
@@ -175,7 +201,13 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
             .n_out = nc_out, .out_rows = c->out_rows, .logits = c->logits ? c->logits + (int64_t)row * V : NULL,
             .scratch = c->scratch,
         };
+        const gm_batch_ints bi = {.n_tokens = n, .token = fa.token, .pos = fa.pos, .seq = fa.seq,
+                                  .n_out = nc_out, .out_rows = c->out_rows};
+        gm_backend *be = c->backend;
+        if ((st = be->ops->begin_batch(be, &bi, &c->err)) != GEMMAC_OK) return st;
         st = c->model->arch->forward(&fa, &c->err);
+        const gemmac_status st_be = be->ops->end_batch(be, st == GEMMAC_OK ? &c->err : NULL);
+        if (st == GEMMAC_OK) st = st_be;
         if (st != GEMMAC_OK) return st;
         for (int32_t i = 0; i < n; i++) c->kv->seq_len[bt->seq_id[i0 + i]]++;
         row += nc_out;

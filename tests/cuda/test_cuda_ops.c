@@ -1,7 +1,9 @@
 /* test_cuda_ops.c: every op of kernels/cuda (ops_cuda.h) against the scalar oracle of kernels/ref on fresh
  * random inputs of several shapes (every supported weight type; n = 1, 3, 8, 64 columns; head dims 128, 256,
  * 512; 8/2, 8/1, 4/1 heads; full and sliding-window ring caches of f16 and f32). Outputs are poisoned with NaN
- * before each run, so an unwritten element fails, and NaN never passes. Exits 77 (skipped) with the reason
+ * before each run, so an unwritten element fails, and NaN never passes. Also the Gemma 4 / 3n ops (scale,
+ * add_scale, mul_rows, transpose, rms_match, sparsity_gate, AltUp, mixture of experts) and the one-warp
+ * attention of head dims 16-64. Exits 77 (skipped) with the reason
  * when there is no CUDA device; CI builds it but only a GPU machine runs it. Tolerances are stated per check. */
 #include <math.h>
 #include <setjmp.h>
@@ -65,7 +67,7 @@ static void expect_close(const char *what, const float *got, const double *want,
             fail_msg("%s: element %zu: got %.9g, want %.9g (tolerance %.3g)", what, i, got[i], want[i], tol[i]);
 }
 
-static const int k_types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q4_0,
+static const int k_types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q4_0, GM_TYPE_Q5_0,
                               GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
@@ -220,6 +222,7 @@ static void test_get_rows_gather(void **state) {
             int32_t ids[7];
             for (int i = 0; i < n; i++) ids[i] = (int32_t)urand((uint32_t)rows);
             ids[0] = (int32_t)rows - 1;
+            ids[1] = (int32_t)rows + 5, ids[2] = -1; /* outside the table: row 0 */
             const float scale = di ? sqrtf(2560.0f) : 0.7f;
             void *dt = dev_upload(h.q, h.row_bytes * rows);
             int32_t *dids = dev_upload(ids, sizeof ids);
@@ -233,7 +236,8 @@ static void test_get_rows_gather(void **state) {
             double *want = malloc(sizeof(double) * n * d), *tol = malloc(sizeof(double) * n * d);
             for (int i = 0; i < n; i++)
                 for (int64_t j = 0; j < d; j++) {
-                    const float v = h.deq[ids[i] * d + j] * scale;
+                    const int64_t id = ids[i] >= 0 && ids[i] < rows ? ids[i] : 0;
+                    const float v = h.deq[id * d + j] * scale;
                     want[i * d + j] = v, tol[i * d + j] = 1e-6 * fabs(v) + 1e-30;
                 }
             expect_close(gm_type_traits_of(type)->name, out, want, tol, (size_t)(n * d));
@@ -481,7 +485,9 @@ static void run_attention(const attn_case *c) {
 
 static void test_attention(void **state) {
     (void)state;
-    static const int heads[][3] = {{8, 2, 256}, {8, 1, 512}, {8, 2, 512}, {8, 1, 256}, {4, 1, 128}, {8, 8, 256}, {16, 1, 256}};
+    /* the last four go to the one-warp-per-head kernel (head dims and groupings the split kernel lacks) */
+    static const int heads[][3] = {{8, 2, 256}, {8, 1, 512}, {8, 2, 512}, {8, 1, 256}, {4, 1, 128}, {8, 8, 256},
+                                   {16, 1, 256}, {4, 2, 16}, {2, 1, 32}, {6, 2, 64}, {3, 1, 256}};
     int cases = 0;
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
         for (int kt = 0; kt < 2; kt++)
@@ -499,6 +505,182 @@ static void test_attention(void **state) {
     printf("[ cuda     ] kv_store + attention: %d cases pass (cache bytes exact; output tolerance 5e-5)\n", cases);
 }
 
+
+/* ---- Gemma 4 / 3n ops: each against its kernels/ref oracle (or the backend.h formula), outputs NaN-poisoned ---- */
+static float *rand_vec(size_t n, float amp) {
+    float *v = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) v[i] = frand() * amp;
+    return v;
+}
+
+/* got vs want (float), |diff| <= rel · |want| + abs, NaN never passing. */
+static void expect_vec(const char *what, const float *got, const float *want, size_t n, double rel, double abs_tol) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= rel * fabs(want[i]) + abs_tol))
+            fail_msg("%s: element %zu: got %.9g, want %.9g", what, i, got[i], want[i]);
+}
+
+static float *dev_out(size_t n) {
+    float *d = dev_alloc(sizeof(float) * n);
+    dev_poison(d, sizeof(float) * n);
+    return d;
+}
+
+static void test_gemma_ops(void **state) {
+    (void)state;
+    int cases = 0;
+    static const int shapes[][2] = {{1, 64}, {5, 2048}, {33, 1000}};
+    for (size_t si = 0; si < 3; si++) {
+        const int rows = shapes[si][0], d = shapes[si][1];
+        const size_t n = (size_t)rows * d;
+        float *x = rand_vec(n, 2.0f), *y0 = rand_vec(n, 2.0f), *w = rand_vec((size_t)d, 1.5f);
+        float *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+        float *dx = dev_upload(x, sizeof(float) * n), *dw = dev_upload(w, sizeof(float) * d);
+
+        /* scale (in place) */
+        float *dy = dev_upload(y0, sizeof(float) * n);
+        CK(gm_cuda_scale(dy, (int64_t)n, 0.37f, NULL));
+        dev_download(got, dy, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = y0[i] * 0.37f;
+        expect_vec("scale", got, want, n, 0, 0), cases++;
+        /* add_scale */
+        CU(cudaMemcpy(dy, y0, sizeof(float) * n, cudaMemcpyHostToDevice));
+        CK(gm_cuda_add_scale(dy, dx, (int64_t)n, 0.70710678f, NULL));
+        dev_download(got, dy, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = (y0[i] + x[i]) * 0.70710678f;
+        expect_vec("add_scale", got, want, n, 0, 0), cases++;
+        /* mul_rows into a poisoned output */
+        float *dz = dev_out(n);
+        CK(gm_cuda_mul_rows(dx, dz, rows, d, dw, NULL));
+        dev_download(got, dz, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = x[i] * w[i % d];
+        expect_vec("mul_rows", got, want, n, 0, 0), cases++;
+        /* rms_match: y rescaled to the rms of x */
+        CU(cudaMemcpy(dy, y0, sizeof(float) * n, cudaMemcpyHostToDevice));
+        CK(gm_cuda_rms_match(dy, dx, rows, d, 1e-6f, NULL));
+        dev_download(got, dy, sizeof(float) * n);
+        memcpy(want, y0, sizeof(float) * n);
+        for (int r = 0; r < rows; r++) gm_ref_rms_match(want + (size_t)r * d, x + (size_t)r * d, d, 1e-6f);
+        expect_vec("rms_match", got, want, n, 1e-6, 1e-30), cases++;
+        /* sparsity_gate, k = Φ⁻¹(0.95) */
+        CU(cudaMemcpy(dy, y0, sizeof(float) * n, cudaMemcpyHostToDevice));
+        CK(gm_cuda_sparsity_gate(dy, rows, d, 1.6448536f, NULL));
+        dev_download(got, dy, sizeof(float) * n);
+        memcpy(want, y0, sizeof(float) * n);
+        for (int r = 0; r < rows; r++) gm_ref_sparsity_gate(want + (size_t)r * d, d, 1.6448536f);
+        expect_vec("sparsity_gate", got, want, n, 1e-6, 1e-6), cases++;
+        CU(cudaFree(dy)); CU(cudaFree(dz)); CU(cudaFree(dx)); CU(cudaFree(dw));
+        free(x), free(y0), free(w), free(want), free(got);
+    }
+    /* transpose [n0][n1][d] -> [n1][n0][d]: exact */
+    {
+        const int n0 = 7, n1 = 5, d = 48;
+        const size_t n = (size_t)n0 * n1 * d;
+        float *src = rand_vec(n, 1.0f), *got = malloc(sizeof(float) * n);
+        float *ds = dev_upload(src, sizeof(float) * n), *dd = dev_out(n);
+        CK(gm_cuda_transpose(ds, dd, n0, n1, d, NULL));
+        dev_download(got, dd, sizeof(float) * n);
+        for (int i = 0; i < n0; i++)
+            for (int j = 0; j < n1; j++)
+                assert_memory_equal(got + ((size_t)j * n0 + i) * d, src + ((size_t)i * n1 + j) * d, sizeof(float) * d);
+        cases++;
+        CU(cudaFree(ds)); CU(cudaFree(dd));
+        free(src), free(got);
+    }
+    /* AltUp predict and correct, K = 4 streams */
+    for (int ni = 0; ni < 2; ni++) {
+        const int K = 4, nt = ni ? 9 : 1, d = 320;
+        const size_t sn = (size_t)K * nt * d;
+        float *x = rand_vec(sn, 1.0f), *c = rand_vec((size_t)nt * K * K, 0.5f), *act = rand_vec((size_t)nt * d, 1.0f);
+        float *cc = rand_vec((size_t)nt * K, 0.5f), *want = malloc(sizeof(float) * sn), *got = malloc(sizeof(float) * sn);
+        float *dx = dev_upload(x, sizeof(float) * sn), *dc = dev_upload(c, sizeof(float) * nt * K * K);
+        float *dact = dev_upload(act, sizeof(float) * nt * d), *dcc = dev_upload(cc, sizeof(float) * nt * K);
+        float *dy = dev_out(sn);
+        CK(gm_cuda_altup_predict(dx, dc, dy, K, nt, d, NULL));
+        dev_download(got, dy, sizeof(float) * sn);
+        for (int t = 0; t < nt; t++)
+            gm_ref_altup_predict(x + (size_t)t * d, (int64_t)nt * d, c + (size_t)t * K * K, want + (size_t)t * d, K, d);
+        expect_vec("altup_predict", got, want, sn, 0, 0), cases++;
+        dev_poison(dy, sizeof(float) * sn);
+        CK(gm_cuda_altup_correct(dx, dact, dcc, dy, K, 1, nt, d, NULL));
+        dev_download(got, dy, sizeof(float) * sn);
+        for (int t = 0; t < nt; t++)
+            gm_ref_altup_correct(x + (size_t)t * d, (int64_t)nt * d, act + (size_t)t * d, cc + (size_t)t * K,
+                                 want + (size_t)t * d, K, 1, d);
+        expect_vec("altup_correct", got, want, sn, 0, 0), cases++;
+        CU(cudaFree(dx)); CU(cudaFree(dc)); CU(cudaFree(dact)); CU(cudaFree(dcc)); CU(cudaFree(dy));
+        free(x), free(c), free(act), free(cc), free(want), free(got);
+    }
+    printf("[ cuda     ] scale, add_scale, mul_rows, rms_match, sparsity_gate, transpose, altup: %d cases pass "
+           "(elementwise bit-exact; row reductions 1e-6 relative)\n", cases);
+}
+
+/* ---- mixture of experts: routing + chosen experts + weighted sum against gm_ref_moe_route and the dequantized
+ * experts in double (f32 weights: 1e-5 relative to the output's norm; q8_0 / q4_K: 3e-2, activation rounding) */
+static void run_moe(int type, int n, int E, int k, int64_t H, int64_t F, bool with_scale) {
+    host_mat gu = make_mat(type, H, 2 * F * E, 1.0f), dn = make_mat(type, F, H * E, 1.0f);
+    float *logits = rand_vec((size_t)n * E, 3.0f), *x = rand_vec((size_t)n * H, 1.0f);
+    float *es = with_scale ? rand_vec((size_t)E, 1.0f) : NULL;
+    void *dgu = dev_upload(gu.q, gu.row_bytes * 2 * F * E), *ddn = dev_upload(dn.q, dn.row_bytes * H * E);
+    float *dl = dev_upload(logits, sizeof(float) * n * E), *dx = dev_upload(x, sizeof(float) * n * H);
+    float *des = es ? dev_upload(es, sizeof(float) * E) : NULL;
+    float *dout = dev_out((size_t)n * H);
+    const size_t sb = gm_cuda_moe_scratch_bytes(n, k, H, F);
+    void *dscr = dev_alloc(sb);
+    const gm_cuda_moe_args a = {
+        .logits = dl, .x = dx, .expert_scale = des, .n = n, .n_used = k, .n_expert = E,
+        .gate_up = {.type = type, .ne0 = H, .ne1 = 2 * F, .row_bytes = gu.row_bytes, .data = dgu},
+        .down = {.type = type, .ne0 = F, .ne1 = H, .row_bytes = dn.row_bytes, .data = ddn}, .out = dout};
+    CK(gm_cuda_moe(&a, dscr, sb, NULL));
+    float *got = malloc(sizeof(float) * n * H);
+    dev_download(got, dout, sizeof(float) * n * H);
+    double err2 = 0, ref2 = 0;
+    float *scratch = malloc(sizeof(float) * E), *wts = malloc(sizeof(float) * k);
+    int32_t *ids = malloc(sizeof(int32_t) * k);
+    double *hid = malloc(sizeof(double) * F), *o = malloc(sizeof(double) * H);
+    for (int t = 0; t < n; t++) {
+        gm_ref_moe_route(logits + (size_t)t * E, E, k, es, scratch, ids, wts);
+        for (int64_t h = 0; h < H; h++) o[h] = 0;
+        for (int j = 0; j < k; j++) {
+            const int e = ids[j];
+            for (int64_t f = 0; f < F; f++) {
+                double g = 0, u = 0;
+                const float *gr = gu.deq + ((size_t)e * 2 * F + f) * H, *ur = gu.deq + ((size_t)e * 2 * F + F + f) * H;
+                for (int64_t i = 0; i < H; i++) g += (double)gr[i] * x[t * H + i], u += (double)ur[i] * x[t * H + i];
+                hid[f] = gm_ref_gelu_tanh((float)g) * u;
+            }
+            for (int64_t h = 0; h < H; h++) {
+                double acc = 0;
+                const float *dr = dn.deq + ((size_t)e * H + h) * F;
+                for (int64_t f = 0; f < F; f++) acc += (double)dr[f] * hid[f];
+                o[h] += wts[j] * acc;
+            }
+        }
+        for (int64_t h = 0; h < H; h++) {
+            const double dlt = (double)got[t * H + h] - o[h];
+            if (isnan(got[t * H + h])) fail_msg("moe: NaN at token %d element %lld", t, (long long)h);
+            err2 += dlt * dlt, ref2 += o[h] * o[h];
+        }
+    }
+    const double rel = sqrt(err2 / (ref2 > 0 ? ref2 : 1)), tol = is_quant(type) ? 3e-2 : 1e-5;
+    if (!(rel <= tol))
+        fail_msg("moe %s n=%d E=%d k=%d: relative error %.3g > %.3g", gm_type_traits_of(type)->name, n, E, k, rel, tol);
+    free_mat(&gu), free_mat(&dn);
+    free(logits), free(x), free(es), free(got), free(scratch), free(wts), free(ids), free(hid), free(o);
+    CU(cudaFree(dgu)); CU(cudaFree(ddn)); CU(cudaFree(dl)); CU(cudaFree(dx)); CU(cudaFree(dout)); CU(cudaFree(dscr));
+    if (des) CU(cudaFree(des));
+}
+
+static void test_moe(void **state) {
+    (void)state;
+    run_moe(GM_TYPE_F32, 1, 4, 2, 64, 32, false);
+    run_moe(GM_TYPE_F32, 7, 8, 2, 64, 32, true);
+    run_moe(GM_TYPE_F32, 5, 16, 4, 96, 64, true);
+    run_moe(GM_TYPE_Q8_0, 6, 8, 2, 256, 64, true);
+    run_moe(GM_TYPE_Q4_K, 3, 8, 3, 256, 256, false);
+    printf("[ cuda     ] moe (routing, chosen experts only, weighted sum): 5 cases pass\n");
+}
+
 int main(void) {
     const int n = gm_cuda_device_count();
     if (n <= 0) {
@@ -511,6 +693,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

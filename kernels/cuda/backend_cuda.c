@@ -1,0 +1,541 @@
+/* backend_cuda.c: the CUDA backend: every op of src/model/backend.h on one GPU, enqueued on one stream
+ * through the kernels of ops_cuda.h. Owns: device memory for activations and the KV cache, the device copies
+ * of the model's weights (made once, on first use, found again by their host pointer in a hash map; types the
+ * kernels do not read are dequantized to f32 on the way), the staging of each batch's integer arrays
+ * (begin_batch: one pinned copy per forward; ops map the host pointers they receive onto it), scratch sized on
+ * demand, and error capture: the first failure is remembered with its message, later ops do nothing, and
+ * end_batch reports it. read() is the one host synchronisation of a forward. Leaves to others: the kernels
+ * (the .cu files beside it), what a forward computes (src/model), when contexts choose this backend (ctx.c). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/ops_cuda.h"
+#include "model/backend.h"
+#include "quant/quant.h"
+
+/* A device copy of a weight: host_bytes of the host data it mirrors; type / row_bytes as uploaded (f32 when
+ * the host type was dequantized). */
+typedef struct wentry {
+    const void *host;
+    void *dev;
+    size_t host_bytes;
+    int32_t type;
+    uint64_t row_bytes;
+} wentry;
+
+typedef struct cuda_backend {
+    gm_backend base;
+    int device;
+    cudaStream_t stream;
+    wentry *wmap;              /* open addressing on the host pointer; capacity a power of two */
+    size_t wcap, wcount;
+    uint64_t weight_bytes;     /* device bytes of weights */
+    void *mm, *attn, *moe;     /* scratch: quantized activations, attention splits, experts */
+    size_t mm_bytes, attn_bytes, moe_bytes;
+    int32_t *h_ints, *d_ints;  /* the batch's integer arrays: pinned host staging and the device copy */
+    size_t ints_cap;           /* int32 values each holds */
+    cudaEvent_t ints_copied;   /* the last staging copy has left h_ints */
+    bool ints_pending;
+    gm_batch_ints batch;       /* host pointers of the current forward */
+    const int32_t *d_token, *d_pos, *d_seq, *d_out;
+    bool failed;
+    gemmac_status fail_status;
+    char msg[400];
+} cuda_backend;
+
+static cuda_backend *cb(gm_backend *b) { return (cuda_backend *)b; }
+
+/* ---- errors: the first one sticks ---- */
+static void fail(cuda_backend *c, gemmac_status st, const char *fmt, ...) {
+    if (c->failed) return;
+    c->failed = true;
+    c->fail_status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+}
+
+/* A CUDA runtime result: true when it succeeded. */
+static bool cu_ok(cuda_backend *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return true;
+    fail(c, e == cudaErrorMemoryAllocation ? GEMMAC_ERR_NO_MEMORY : GEMMAC_ERR_BACKEND, "CUDA backend: %s: %s", what,
+         cudaGetErrorString(e));
+    return false;
+}
+
+/* A kernel wrapper's result (ops_cuda.h): true when it succeeded. */
+static bool k_ok(cuda_backend *c, int rc, const char *op) {
+    if (rc == 0) return true;
+    fail(c, rc == (int)cudaErrorMemoryAllocation ? GEMMAC_ERR_NO_MEMORY : GEMMAC_ERR_BACKEND, "CUDA backend: %s: %s",
+         op, gm_cuda_last_error());
+    return false;
+}
+
+/* Grows a device scratch buffer to at least need bytes (waits for the stream before freeing the old one). */
+static bool grow(cuda_backend *c, void **buf, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap) return true;
+    if (*buf) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
+    }
+    if (!cu_ok(c, cudaMalloc(buf, need), what)) {
+        *buf = NULL;
+        return false;
+    }
+    *cap = need;
+    return true;
+}
+
+/* ---- weights ---- */
+static size_t wslot(const cuda_backend *c, const void *host) {
+    uint64_t h = (uint64_t)(uintptr_t)host;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    size_t i = (size_t)h & (c->wcap - 1);
+    while (c->wmap[i].host && c->wmap[i].host != host) i = (i + 1) & (c->wcap - 1);
+    return i;
+}
+
+static bool wmap_reserve(cuda_backend *c) {
+    if (c->wcap && (c->wcount + 1) * 2 <= c->wcap) return true;
+    const size_t ncap = c->wcap ? c->wcap * 2 : 256;
+    wentry *old = c->wmap;
+    const size_t ocap = c->wcap;
+    c->wmap = calloc(ncap, sizeof *c->wmap);
+    if (!c->wmap) {
+        c->wmap = old;
+        fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of host memory for the weight map");
+        return false;
+    }
+    c->wcap = ncap;
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i].host) c->wmap[wslot(c, old[i].host)] = old[i];
+    free(old);
+    return true;
+}
+
+/* The device copy of host_bytes at host: rows of ne0 elements of `type`, row_bytes apart (n_rows rows). Made
+ * on first use, with 16 readable bytes past the end (ops_cuda.h); a type the kernels do not read is
+ * dequantized to f32 on the host first. NULL after a failure (recorded). */
+static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int64_t ne0, int64_t n_rows,
+                            uint64_t row_bytes, const char *name) {
+    if (c->failed || !host) return NULL;
+    const size_t host_bytes = (size_t)row_bytes * (size_t)n_rows;
+    if (c->wcap) {
+        const wentry *e = &c->wmap[wslot(c, host)];
+        if (e->host && e->host_bytes >= host_bytes) return e;
+    }
+    if (!wmap_reserve(c)) return NULL;
+    wentry *e = &c->wmap[wslot(c, host)];
+    if (e->host) { /* seen before, smaller: replace */
+        cudaStreamSynchronize(c->stream);
+        cudaFree(e->dev);
+        c->weight_bytes -= e->host_bytes;
+        c->wcount--;
+        memset(e, 0, sizeof *e);
+    }
+    const void *src = host;
+    void *conv = NULL;
+    int32_t dtype = type;
+    uint64_t drow = row_bytes;
+    if (!gm_cuda_type_supported(type)) {
+        const gm_type_traits *tt = gm_type_traits_of((gm_type)type);
+        if (!tt || !tt->dequantize) {
+            fail(c, GEMMAC_ERR_UNSUPPORTED, "CUDA backend: weight %s: type %d cannot be read", name ? name : "?", type);
+            return NULL;
+        }
+        drow = (uint64_t)ne0 * sizeof(float);
+        conv = malloc((size_t)drow * (size_t)n_rows);
+        if (!conv) {
+            fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: weight %s: no host memory to convert it", name ? name : "?");
+            return NULL;
+        }
+        for (int64_t r = 0; r < n_rows; r++)
+            tt->dequantize((const uint8_t *)host + (uint64_t)r * row_bytes, (float *)conv + r * ne0, ne0);
+        src = conv;
+        dtype = 0; /* f32 */
+    }
+    const size_t dbytes = (size_t)drow * (size_t)n_rows;
+    void *dev = NULL;
+    char what[160];
+    snprintf(what, sizeof what, "uploading weight %s (%.1f MiB)", name ? name : "?", dbytes / 1048576.0);
+    /* On the backend's own stream, then waited for: the stream does not synchronise with the legacy default
+     * stream (cudaStreamNonBlocking), and a plain cudaMemcpy from pageable memory may return before its DMA
+     * has landed, so kernels already enqueued here could otherwise read a half-copied weight. */
+    bool ok = cu_ok(c, cudaMalloc(&dev, dbytes + 16), what);
+    ok = ok && cu_ok(c, cudaMemsetAsync((uint8_t *)dev + dbytes, 0, 16, c->stream), what);
+    ok = ok && cu_ok(c, cudaMemcpyAsync(dev, src, dbytes, cudaMemcpyHostToDevice, c->stream), what);
+    ok = ok && cu_ok(c, cudaStreamSynchronize(c->stream), what);
+    free(conv);
+    if (!ok) {
+        if (dev) cudaFree(dev);
+        return NULL;
+    }
+    *e = (wentry){.host = host, .dev = dev, .host_bytes = host_bytes, .type = dtype, .row_bytes = drow};
+    c->wcount++;
+    c->weight_bytes += dbytes;
+    return e;
+}
+
+/* A weight matrix as the kernels take it (rows = every row of the tensor). */
+static bool wmat(cuda_backend *c, const gm_tensor *t, gm_cuda_mat *m) {
+    const wentry *e = weight(c, t->data, (int32_t)t->type, t->ne[0], gm_tensor_rows(t), t->row_bytes, t->name);
+    if (!e) {
+        if (!t->data) fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: weight %s has no data", t->name ? t->name : "?");
+        return false;
+    }
+    *m = (gm_cuda_mat){.type = e->type, .ne0 = t->ne[0], .ne1 = gm_tensor_rows(t), .row_bytes = e->row_bytes,
+                       .data = e->dev};
+    return true;
+}
+
+/* An f32 weight vector of n values (norm weights, freq factors, expert scales); NULL for NULL. */
+static const float *wvec(cuda_backend *c, const float *host, int64_t n) {
+    if (!host) return NULL;
+    const wentry *e = weight(c, host, 0, n, 1, (uint64_t)n * sizeof(float), "f32 vector");
+    return e ? e->dev : NULL;
+}
+
+/* ---- the batch's integer arrays ---- */
+static const int32_t *dev_ints(cuda_backend *c, const int32_t *host, int64_t n, const char *op) {
+    if (c->failed) return NULL;
+    const gm_batch_ints *bt = &c->batch;
+    const struct { const int32_t *h; int64_t len; const int32_t *d; } arr[4] = {
+        {bt->token, bt->n_tokens, c->d_token}, {bt->pos, bt->n_tokens, c->d_pos},
+        {bt->seq, bt->n_tokens, c->d_seq},     {bt->out_rows, bt->n_out, c->d_out},
+    };
+    const uintptr_t p = (uintptr_t)host;
+    for (int i = 0; i < 4; i++) {
+        const uintptr_t lo = (uintptr_t)arr[i].h;
+        if (arr[i].h && p >= lo && p + (uintptr_t)n * sizeof(int32_t) <= lo + (uintptr_t)arr[i].len * sizeof(int32_t))
+            return arr[i].d + (p - lo) / sizeof(int32_t);
+    }
+    fail(c, GEMMAC_ERR_BACKEND,
+         "CUDA backend: %s got an integer array that is not part of the batch given to begin_batch (backend.h)", op);
+    return NULL;
+}
+
+static bool ints_reserve(cuda_backend *c, size_t n) {
+    if (n <= c->ints_cap) return true;
+    if (c->ints_pending) cudaEventSynchronize(c->ints_copied);
+    c->ints_pending = false;
+    cudaStreamSynchronize(c->stream);
+    if (c->h_ints) cudaFreeHost(c->h_ints);
+    if (c->d_ints) cudaFree(c->d_ints);
+    c->h_ints = NULL, c->d_ints = NULL, c->ints_cap = 0;
+    if (!cu_ok(c, cudaMallocHost((void **)&c->h_ints, n * sizeof(int32_t)), "pinned staging for the batch") ||
+        !cu_ok(c, cudaMalloc((void **)&c->d_ints, n * sizeof(int32_t)), "device copy of the batch"))
+        return false;
+    c->ints_cap = n;
+    return true;
+}
+
+static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm_error *err) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) cu_ok(c, cudaSetDevice(c->device), "cudaSetDevice");
+    const size_t nt = (size_t)bi->n_tokens, no = (size_t)bi->n_out, need = 3 * nt + no;
+    if (!c->failed && ints_reserve(c, need)) {
+        /* the previous copy must have left the staging area before it is overwritten */
+        if (c->ints_pending && cu_ok(c, cudaEventSynchronize(c->ints_copied), "waiting for the last batch copy"))
+            c->ints_pending = false;
+        if (!c->failed) {
+            memcpy(c->h_ints, bi->token, nt * sizeof(int32_t));
+            memcpy(c->h_ints + nt, bi->pos, nt * sizeof(int32_t));
+            memcpy(c->h_ints + 2 * nt, bi->seq, nt * sizeof(int32_t));
+            if (no) memcpy(c->h_ints + 3 * nt, bi->out_rows, no * sizeof(int32_t));
+            if (cu_ok(c, cudaMemcpyAsync(c->d_ints, c->h_ints, need * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                         c->stream), "copying the batch") &&
+                cu_ok(c, cudaEventRecord(c->ints_copied, c->stream), "cudaEventRecord"))
+                c->ints_pending = true;
+        }
+    }
+    c->batch = *bi;
+    c->d_token = c->d_ints, c->d_pos = c->d_ints + nt, c->d_seq = c->d_ints + 2 * nt, c->d_out = c->d_ints + 3 * nt;
+    if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
+    return GEMMAC_OK;
+}
+
+static gemmac_status cuda_end_batch(gm_backend *b, gm_error *err) {
+    cuda_backend *c = cb(b);
+    if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
+    return GEMMAC_OK;
+}
+
+/* ---- memory ---- */
+static float *cuda_alloc(gm_backend *b, int64_t n) {
+    (void)b;
+    void *p = NULL;
+    if (n <= 0 || cudaMalloc(&p, (size_t)n * sizeof(float)) != cudaSuccess) return NULL;
+    return p;
+}
+static void cuda_release(gm_backend *b, float *buf) {
+    (void)b;
+    if (buf) cudaFree(buf);
+}
+/* KV storage, zeroed on the backend's stream (a legacy-stream memset would not be ordered before our kernels). */
+static void *cuda_alloc_bytes(gm_backend *b, size_t n) {
+    cuda_backend *c = cb(b);
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
+    if (cudaMemsetAsync(p, 0, n ? n : 1, c->stream) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+static void cuda_free_bytes(gm_backend *b, void *p) {
+    (void)b;
+    if (p) cudaFree(p);
+}
+
+/* The one synchronisation of a forward: the copy, then the stream (errors of earlier kernels surface here). */
+static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
+    cuda_backend *c = cb(b);
+    if (c->failed) return;
+    if (cu_ok(c, cudaMemcpyAsync(host, buf, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
+              "copying results to the host"))
+        cu_ok(c, cudaStreamSynchronize(c->stream), "running the forward pass");
+}
+
+/* ---- ops ---- */
+static void cuda_get_rows(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale,
+                          float *out) {
+    cuda_backend *c = cb(b);
+    gm_cuda_mat m;
+    const int32_t *d = dev_ints(c, ids, n, "get_rows");
+    if (d && wmat(c, table, &m)) k_ok(c, gm_cuda_get_rows(&m, d, n, scale, out, c->stream), "get_rows");
+}
+
+static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst) {
+    cuda_backend *c = cb(b);
+    const int32_t *dr = dev_ints(c, rows, n, "gather");
+    if (dr) k_ok(c, gm_cuda_gather(src, d, dr, n, dst, c->stream), "gather");
+}
+
+static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
+    cuda_backend *c = cb(b);
+    gm_cuda_mat m;
+    if (c->failed || !wmat(c, w, &m)) return;
+    const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
+    if (need && !grow(c, &c->mm, &c->mm_bytes, need, "matmul scratch")) return;
+    const int rc = gm_cuda_matmul(&m, x, n, y, c->mm, c->mm_bytes, c->stream);
+    if (rc) {
+        char op[128];
+        snprintf(op, sizeof op, "matmul with %s", w->name ? w->name : "a weight");
+        k_ok(c, rc, op);
+    }
+}
+
+static void cuda_rmsnorm(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps) {
+    cuda_backend *c = cb(b);
+    const float *dw = wvec(c, w, d);
+    if (!c->failed) k_ok(c, gm_cuda_rmsnorm(x, y, n_rows, d, dw, eps, c->stream), "rmsnorm");
+}
+
+static void cuda_rmsnorm_add(gm_backend *b, float *acc, const float *x, int64_t n_rows, int32_t d, const float *w,
+                             float eps) {
+    cuda_backend *c = cb(b);
+    const float *dw = wvec(c, w, d);
+    if (!c->failed) k_ok(c, gm_cuda_rmsnorm_add(acc, x, n_rows, d, dw, eps, c->stream), "rmsnorm_add");
+}
+
+static void cuda_rope(gm_backend *b, float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos,
+                      int32_t n_rot, float base, float freq_scale, const float *freq_factors, float scale) {
+    cuda_backend *c = cb(b);
+    const int32_t *dp = dev_ints(c, pos, n, "rope");
+    const float *ff = wvec(c, freq_factors, n_rot / 2);
+    if (dp && !c->failed)
+        k_ok(c, gm_cuda_rope(x, n, n_head, head_dim, dp, n_rot, base, freq_scale, ff, scale, c->stream), "rope");
+}
+
+static void cuda_gelu_mul(gm_backend *b, float *g, const float *u, int64_t n) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_gelu_mul(g, u, n, c->stream), "gelu_mul");
+}
+
+static void cuda_softcap(gm_backend *b, float *z, int64_t n, float cap) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_softcap(z, n, cap, c->stream), "softcap");
+}
+
+static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
+    cuda_backend *c = cb(b);
+    if (c->failed) return;
+    const gm_kv_layer *l = &a->kv->layer[a->kv_layer];
+    if (!l->owned || l->row != a->n_head_kv * a->head_dim) {
+        fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: attention: layer %d's cache does not hold %d x %d values per slot",
+             a->kv_layer, a->n_head_kv, a->head_dim);
+        return;
+    }
+    const int32_t *dpos = dev_ints(c, a->pos, a->n_tokens, "attention"), *dseq = dev_ints(c, a->seq, a->n_tokens, "attention");
+    if (!dpos || !dseq) return;
+    const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
+                           .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
+    if (a->write_kv && !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store"))
+        return;
+    /* the most keys any query of the batch sees, from the host positions: sizes the split of the keys */
+    int32_t max_keys = 1;
+    for (int32_t t = 0; t < a->n_tokens; t++) {
+        const int32_t p = a->pos[t];
+        const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        if (p - lo + 1 > max_keys) max_keys = p - lo + 1;
+    }
+    const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->head_dim, max_keys);
+    if (need && !grow(c, &c->attn, &c->attn_bytes, need, "attention scratch")) return;
+    const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
+                             .window = a->window, .max_keys = max_keys, .q = a->q, .out = a->out};
+    k_ok(c, gm_cuda_attention(&at, c->attn, c->attn_bytes, c->stream), "attention");
+}
+
+static void cuda_scale(gm_backend *b, float *x, int64_t n, float s) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_scale(x, n, s, c->stream), "scale");
+}
+
+static void cuda_add_scale(gm_backend *b, float *y, const float *x, int64_t n, float s) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_add_scale(y, x, n, s, c->stream), "add_scale");
+}
+
+static void cuda_moe(gm_backend *b, const float *logits, const float *x, int32_t n, int32_t n_used,
+                     const float *expert_scale, const gm_tensor *gate_up, const gm_tensor *down, float *out) {
+    cuda_backend *c = cb(b);
+    gm_cuda_mat gu, dn;
+    if (c->failed || !wmat(c, gate_up, &gu) || !wmat(c, down, &dn)) return;
+    const int32_t E = (int32_t)gate_up->ne[2];
+    const float *es = wvec(c, expert_scale, E);
+    if (c->failed) return;
+    gu.ne1 = gate_up->ne[1]; /* one expert's matrix; experts follow each other */
+    dn.ne1 = down->ne[1];
+    const size_t need = gm_cuda_moe_scratch_bytes(n, n_used, gu.ne0, gu.ne1 / 2);
+    if (!grow(c, &c->moe, &c->moe_bytes, need, "mixture-of-experts scratch")) return;
+    const gm_cuda_moe_args ma = {.logits = logits, .x = x, .expert_scale = es, .n = n, .n_used = n_used,
+                                 .n_expert = E, .gate_up = gu, .down = dn, .out = out};
+    k_ok(c, gm_cuda_moe(&ma, c->moe, c->moe_bytes, c->stream), "moe");
+}
+
+static void cuda_mul_rows(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w) {
+    cuda_backend *c = cb(b);
+    const float *dw = wvec(c, w, d);
+    if (!c->failed) k_ok(c, gm_cuda_mul_rows(x, y, n_rows, d, dw, c->stream), "mul_rows");
+}
+
+static void cuda_transpose(gm_backend *b, const float *src, float *dst, int32_t n0, int32_t n1, int32_t d) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_transpose(src, dst, n0, n1, d, c->stream), "transpose");
+}
+
+static void cuda_rms_match(gm_backend *b, float *y, const float *ref, int64_t n_rows, int32_t d, float eps) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_rms_match(y, ref, n_rows, d, eps, c->stream), "rms_match");
+}
+
+static void cuda_sparsity_gate(gm_backend *b, float *g, int64_t n_rows, int32_t d, float k) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_sparsity_gate(g, n_rows, d, k, c->stream), "sparsity_gate");
+}
+
+static void cuda_altup_predict(gm_backend *b, const float *x, const float *coef, float *y, int32_t K, int32_t n,
+                               int32_t d) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_altup_predict(x, coef, y, K, n, d, c->stream), "altup_predict");
+}
+
+static void cuda_altup_correct(gm_backend *b, const float *pred, const float *act, const float *coef, float *y,
+                               int32_t K, int32_t active, int32_t n, int32_t d) {
+    cuda_backend *c = cb(b);
+    if (!c->failed) k_ok(c, gm_cuda_altup_correct(pred, act, coef, y, K, active, n, d, c->stream), "altup_correct");
+}
+
+/* ---- lifetime ---- */
+static gemmac_status cuda_reserve(gm_backend *b, int32_t n_tokens, int64_t max_row, int32_t max_keys, gm_error *err) {
+    cuda_backend *c = cb(b);
+    (void)max_keys; /* attention scratch follows the keys a batch actually sees */
+    const int64_t row32 = (max_row + 31) / 32 * 32;
+    grow(c, &c->mm, &c->mm_bytes, gm_cuda_matmul_scratch_bytes(row32, n_tokens), "matmul scratch");
+    ints_reserve(c, 4 * (size_t)n_tokens);
+    if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
+    return GEMMAC_OK;
+}
+
+static void cuda_free(gm_backend *b) {
+    cuda_backend *c = cb(b);
+    if (!c) return;
+    cudaSetDevice(c->device);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    for (size_t i = 0; i < c->wcap; i++)
+        if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
+    free(c->wmap);
+    if (c->mm) cudaFree(c->mm);
+    if (c->attn) cudaFree(c->attn);
+    if (c->moe) cudaFree(c->moe);
+    if (c->h_ints) cudaFreeHost(c->h_ints);
+    if (c->d_ints) cudaFree(c->d_ints);
+    if (c->ints_copied) cudaEventDestroy(c->ints_copied);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static const gm_backend_ops cuda_ops = {
+    .name = "cuda",
+    .free = cuda_free,
+    .alloc_bytes = cuda_alloc_bytes,
+    .free_bytes = cuda_free_bytes,
+    .begin_batch = cuda_begin_batch,
+    .end_batch = cuda_end_batch,
+    .reserve = cuda_reserve,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .read = cuda_read,
+    .get_rows = cuda_get_rows,
+    .gather = cuda_gather,
+    .matmul = cuda_matmul,
+    .rmsnorm = cuda_rmsnorm,
+    .rmsnorm_add = cuda_rmsnorm_add,
+    .rope = cuda_rope,
+    .gelu_mul = cuda_gelu_mul,
+    .softcap = cuda_softcap,
+    .attention = cuda_attention,
+    .scale = cuda_scale,
+    .add_scale = cuda_add_scale,
+    .moe = cuda_moe,
+    .mul_rows = cuda_mul_rows,
+    .transpose = cuda_transpose,
+    .rms_match = cuda_rms_match,
+    .sparsity_gate = cuda_sparsity_gate,
+    .altup_predict = cuda_altup_predict,
+    .altup_correct = cuda_altup_correct,
+};
+
+gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
+    *out = NULL;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return gm_fail(err, GEMMAC_ERR_BACKEND, "no usable CUDA device (%s): run with -ngl 0 for the CPU backend",
+                       cudaGetErrorString(e));
+    if (n == 0) return gm_fail(err, GEMMAC_ERR_BACKEND, "no CUDA device found: run with -ngl 0 for the CPU backend");
+    if (device < 0 || device >= n)
+        return gm_fail(err, GEMMAC_ERR_INVALID_ARG, "CUDA device %d does not exist (%d found)", device, n);
+    cuda_backend *c = calloc(1, sizeof *c);
+    if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of memory");
+    c->base.ops = &cuda_ops;
+    c->device = device;
+    if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||
+        !cu_ok(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream") ||
+        !cu_ok(c, cudaEventCreateWithFlags(&c->ints_copied, cudaEventDisableTiming), "creating an event")) {
+        const gemmac_status st = gm_fail(err, c->fail_status, "%s", c->msg);
+        cuda_free(&c->base);
+        return st;
+    }
+    *out = &c->base;
+    return GEMMAC_OK;
+}

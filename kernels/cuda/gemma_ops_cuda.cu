@@ -1,0 +1,296 @@
+/* gemma_ops_cuda.cu: the CUDA kernels of the ops Gemma 4 and Gemma 3n add to the backend table (backend.h):
+ * scale, add_scale, mul_rows, transpose, rms_match, sparsity_gate, AltUp predict / correct, and the routed
+ * mixture of experts (routing, the chosen experts' matrices through gm_cuda_matmul_id, the weighted sum), all
+ * enqueued on a stream with no host synchronisation. Leaves to others: the matvec kernels (matmul_cuda.cu),
+ * GeGLU (ops_cuda.cu), which layers call what (src/model).
+ *
+ * Every op here moves a few KB to a few MB: launch bound. They are written for exactness against kernels/ref:
+ * the reference's float operations in its order (__fmul_rn / __fadd_rn where nvcc would fuse a multiply-add),
+ * and its double-precision row sums kept in double. */
+#include <math.h>
+
+#include "common_cuda.cuh"
+
+static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ---- elementwise ---- */
+__global__ void scale_kernel(float *x, int64_t n, float s) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void add_scale_kernel(float *y, const float *x, int64_t n, float s) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __fmul_rn(__fadd_rn(y[i], x[i]), s);
+}
+
+__global__ void mul_rows_kernel(const float *x, float *y, int64_t total, int d, const float *__restrict__ w) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) y[i] = __fmul_rn(x[i], w[i % d]);
+}
+
+/* dst[j][i][e] = src[i][j][e]: thread per element of dst. */
+__global__ void transpose_kernel(const float *__restrict__ src, float *__restrict__ dst, int n0, int n1, int d,
+                                 int64_t total) {
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= total) return;
+    const int e = (int)(o % d);
+    const int64_t ji = o / d;
+    const int i = (int)(ji % n0), j = (int)(ji / n0);
+    dst[o] = src[((int64_t)i * n1 + j) * d + e];
+}
+
+extern "C" int gm_cuda_scale(float *x, int64_t n, float s, gm_cuda_stream stream) {
+    if (!x || n < 0) return gmc_fail(-1, "scale: bad arguments");
+    if (n == 0) return 0;
+    scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, s);
+    return gmc_check_launch("scale");
+}
+
+extern "C" int gm_cuda_add_scale(float *y, const float *x, int64_t n, float s, gm_cuda_stream stream) {
+    if (!x || !y || n < 0) return gmc_fail(-1, "add_scale: bad arguments");
+    if (n == 0) return 0;
+    add_scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(y, x, n, s);
+    return gmc_check_launch("add_scale");
+}
+
+extern "C" int gm_cuda_mul_rows(const float *x, float *y, int64_t n_rows, int32_t d, const float *w,
+                                gm_cuda_stream stream) {
+    if (!x || !y || !w || n_rows < 0 || d <= 0) return gmc_fail(-1, "mul_rows: bad arguments");
+    const int64_t total = n_rows * d;
+    if (total == 0) return 0;
+    mul_rows_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(x, y, total, d, w);
+    return gmc_check_launch("mul_rows");
+}
+
+extern "C" int gm_cuda_transpose(const float *src, float *dst, int32_t n0, int32_t n1, int32_t d,
+                                 gm_cuda_stream stream) {
+    if (!src || !dst || n0 < 0 || n1 < 0 || d <= 0) return gmc_fail(-1, "transpose: bad arguments");
+    const int64_t total = (int64_t)n0 * n1 * d;
+    if (total == 0) return 0;
+    transpose_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(src, dst, n0, n1, d, total);
+    return gmc_check_launch("transpose");
+}
+
+/* ---- row reductions in double: one block of 256 threads per row ---- */
+__device__ double block_sum_d(double v, double *part) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* part may still be read from a previous call */
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += part[i];
+    return s;
+}
+
+__global__ void rms_match_kernel(float *y, const float *__restrict__ ref, int d, float eps) {
+    __shared__ double part[32];
+    float *yr = y + (int64_t)blockIdx.x * d;
+    const float *rr = ref + (int64_t)blockIdx.x * d;
+    double sr = 0.0, sy = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        sr += (double)rr[i] * (double)rr[i];
+        sy += (double)yr[i] * (double)yr[i];
+    }
+    sr = block_sum_d(sr, part);
+    sy = block_sum_d(sy, part);
+    const float target = sqrtf((float)(sr / d));
+    const float mean_y = (float)(sy / d);
+    const float current = sqrtf(mean_y > eps ? mean_y : eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = __fdiv_rn(__fmul_rn(yr[i], target), current);
+}
+
+__global__ void sparsity_gate_kernel(float *g, int d, float k) {
+    __shared__ double part[32];
+    float *gr = g + (int64_t)blockIdx.x * d;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += gr[i];
+    const double mean = block_sum_d(s, part) / d;
+    double v = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) v += ((double)gr[i] - mean) * ((double)gr[i] - mean);
+    const double var = block_sum_d(v, part);
+    const float cutoff = __fadd_rn((float)mean, __fmul_rn(sqrtf((float)(var / d)), k));
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        const float x = __fsub_rn(gr[i], cutoff);
+        gr[i] = x > 0.0f ? x : 0.0f;
+    }
+}
+
+extern "C" int gm_cuda_rms_match(float *y, const float *ref, int64_t n_rows, int32_t d, float eps,
+                                 gm_cuda_stream stream) {
+    if (!y || !ref || n_rows < 0 || d <= 0) return gmc_fail(-1, "rms_match: bad arguments");
+    if (n_rows == 0) return 0;
+    rms_match_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(y, ref, d, eps);
+    return gmc_check_launch("rms_match");
+}
+
+extern "C" int gm_cuda_sparsity_gate(float *g, int64_t n_rows, int32_t d, float k, gm_cuda_stream stream) {
+    if (!g || n_rows < 0 || d <= 0) return gmc_fail(-1, "sparsity_gate: bad arguments");
+    if (n_rows == 0) return 0;
+    sparsity_gate_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(g, d, k);
+    return gmc_check_launch("sparsity_gate");
+}
+
+/* ---- AltUp: thread per output element (i, t, e) of y [K][n][d] ---- */
+__global__ void altup_predict_kernel(const float *__restrict__ x, const float *__restrict__ c, float *__restrict__ y,
+                                     int K, int n, int d, int64_t total) {
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= total) return;
+    const int64_t stride = (int64_t)n * d;
+    const int i = (int)(o / stride);
+    const int64_t te = o % stride;
+    const int t = (int)(te / d);
+    const float *ci = c + (int64_t)t * K * K + (int64_t)i * K;
+    float acc = 0.0f;
+    for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(ci[j], x[j * stride + te]));
+    y[o] = __fadd_rn(acc, x[i * stride + te]);
+}
+
+__global__ void altup_correct_kernel(const float *__restrict__ pred, const float *__restrict__ act,
+                                     const float *__restrict__ c, float *__restrict__ y, int K, int active, int n,
+                                     int d, int64_t total) {
+    const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= total) return;
+    const int64_t stride = (int64_t)n * d;
+    const int i = (int)(o / stride);
+    const int64_t te = o % stride;
+    const int t = (int)(te / d);
+    const float coef = __fadd_rn(c[(int64_t)t * K + i], 1.0f);
+    y[o] = __fadd_rn(__fmul_rn(__fsub_rn(act[te], pred[active * stride + te]), coef), pred[o]);
+}
+
+extern "C" int gm_cuda_altup_predict(const float *x, const float *c, float *y, int32_t K, int32_t n, int32_t d,
+                                     gm_cuda_stream stream) {
+    if (!x || !c || !y || K <= 0 || n < 0 || d <= 0) return gmc_fail(-1, "altup_predict: bad arguments");
+    const int64_t total = (int64_t)K * n * d;
+    if (total == 0) return 0;
+    altup_predict_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(x, c, y, K, n, d, total);
+    return gmc_check_launch("altup_predict");
+}
+
+extern "C" int gm_cuda_altup_correct(const float *pred, const float *act, const float *c, float *y, int32_t K,
+                                     int32_t active, int32_t n, int32_t d, gm_cuda_stream stream) {
+    if (!pred || !act || !c || !y || K <= 0 || active < 0 || active >= K || n < 0 || d <= 0)
+        return gmc_fail(-1, "altup_correct: bad arguments");
+    const int64_t total = (int64_t)K * n * d;
+    if (total == 0) return 0;
+    altup_correct_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(pred, act, c, y, K, active, n, d, total);
+    return gmc_check_launch("altup_correct");
+}
+
+/* ---- mixture of experts ---- */
+enum { MOE_MAX_EXPERTS = 512, MOE_MAX_USED = 32 };
+
+/* Routing, one thread per token, the operations of gm_ref_moe_route in its order. */
+__global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E, int k,
+                                 const float *__restrict__ escale, int32_t *__restrict__ ids,
+                                 float *__restrict__ wts) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    float p[MOE_MAX_EXPERTS];
+    const float *lg = logits + (int64_t)t * E;
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++) {
+        p[e] = lg[e];
+        mx = fmaxf(mx, lg[e]);
+    }
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(__fsub_rn(p[e], mx));
+        sum += p[e];
+    }
+    const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    for (int e = 0; e < E; e++) p[e] = __fmul_rn(p[e], inv);
+    int32_t *id = ids + (int64_t)t * k;
+    float *w = wts + (int64_t)t * k;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++) taken = id[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        id[j] = best;
+        w[j] = p[best];
+        s = __fadd_rn(s, p[best]);
+    }
+    for (int j = 0; j < k; j++) {
+        w[j] = __fdiv_rn(w[j], s);
+        if (escale) w[j] = __fmul_rn(w[j], escale[id[j]]);
+    }
+}
+
+/* out[t][h] = Σ over the token's chosen experts in increasing index of w · y[pair][h] (as the CPU backend). */
+__global__ void moe_combine_kernel(const float *__restrict__ ys, const int32_t *__restrict__ ids,
+                                   const float *__restrict__ wts, int k, int64_t H, float *__restrict__ out) {
+    const int t = blockIdx.y;
+    const int64_t h = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= H) return;
+    int order[MOE_MAX_USED];
+    for (int j = 0; j < k; j++) order[j] = j;
+    for (int a = 1; a < k; a++) /* insertion sort of the k slots by expert id */
+        for (int b = a; b > 0 && ids[(int64_t)t * k + order[b]] < ids[(int64_t)t * k + order[b - 1]]; b--) {
+            const int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int64_t pr = (int64_t)t * k + order[j];
+        acc = __fadd_rn(acc, __fmul_rn(wts[pr], ys[pr * H + h]));
+    }
+    out[(int64_t)t * H + h] = acc;
+}
+
+static size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* Scratch layout: ids [n·k] | wts [n·k] | g [n·k·F] | u [n·k·F] | ys [n·k·H] | matmul scratch. */
+extern "C" size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int64_t H, int64_t F) {
+    const size_t pairs = (size_t)n * n_used;
+    const size_t mm_a = gm_cuda_matmul_scratch_bytes(H, n), mm_b = gm_cuda_matmul_scratch_bytes(F, (int32_t)pairs);
+    return al256(pairs * 4) * 2 + al256(pairs * F * 4) * 2 + al256(pairs * H * 4) + al256(mm_a > mm_b ? mm_a : mm_b);
+}
+
+extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
+    if (!a || !a->logits || !a->x || !a->out || a->n < 0 || a->n_expert <= 0 || a->n_expert > MOE_MAX_EXPERTS ||
+        a->n_used <= 0 || a->n_used > a->n_expert || a->n_used > MOE_MAX_USED || a->gate_up.ne1 % 2)
+        return gmc_fail(-1, "moe: bad arguments (%d experts, %d used)", a ? a->n_expert : 0, a ? a->n_used : 0);
+    if (a->n == 0) return 0;
+    const int64_t H = a->gate_up.ne0, F = a->gate_up.ne1 / 2;
+    if (a->down.ne0 != F || a->down.ne1 != H)
+        return gmc_fail(-1, "moe: down is %lldx%lld, expected %lldx%lld", (long long)a->down.ne0,
+                        (long long)a->down.ne1, (long long)F, (long long)H);
+    const int k = a->n_used, n = a->n, pairs = n * k;
+    const size_t need = gm_cuda_moe_scratch_bytes(n, k, H, F);
+    if (!scratch || scratch_bytes < need) return gmc_fail(-1, "moe: scratch of %zu bytes, %zu needed", scratch_bytes, need);
+    uint8_t *sp = (uint8_t *)scratch;
+    int32_t *ids = (int32_t *)sp;
+    sp += al256((size_t)pairs * 4);
+    float *wts = (float *)sp;
+    sp += al256((size_t)pairs * 4);
+    float *g = (float *)sp;
+    sp += al256((size_t)pairs * F * 4);
+    float *u = (float *)sp;
+    sp += al256((size_t)pairs * F * 4);
+    float *ys = (float *)sp;
+    sp += al256((size_t)pairs * H * 4);
+    void *mm = sp;
+    const size_t mm_bytes = scratch_bytes - (size_t)(sp - (uint8_t *)scratch);
+
+    moe_route_kernel<<<blocks_for(n, 64), 64, 0, stream>>>(a->logits, n, a->n_expert, k, a->expert_scale, ids, wts);
+    int rc = gmc_check_launch("moe routing");
+    if (rc) return rc;
+    gm_cuda_mat gate = a->gate_up, up = a->gate_up;
+    gate.ne1 = up.ne1 = F;
+    up.data = (const uint8_t *)a->gate_up.data + (uint64_t)F * a->gate_up.row_bytes;
+    const uint64_t gu_bytes = (uint64_t)2 * F * a->gate_up.row_bytes, dn_bytes = (uint64_t)H * a->down.row_bytes;
+    if ((rc = gm_cuda_matmul_id(&gate, gu_bytes, a->x, n, k, ids, pairs, g, mm, mm_bytes, stream)) ||
+        (rc = gm_cuda_matmul_id(&up, gu_bytes, a->x, n, k, ids, pairs, u, mm, mm_bytes, stream)) ||
+        (rc = gm_cuda_gelu_mul(g, u, (int64_t)pairs * F, stream)) ||
+        (rc = gm_cuda_matmul_id(&a->down, dn_bytes, g, pairs, 1, ids, pairs, ys, mm, mm_bytes, stream)))
+        return rc;
+    moe_combine_kernel<<<dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream>>>(ys, ids, wts, k, H, a->out);
+    return gmc_check_launch("moe combine");
+}
