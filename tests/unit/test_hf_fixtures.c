@@ -6,8 +6,10 @@
  *   - max |logit - reference| <= 1e-4 · max |reference logit| at every position (prefill in one batch);
  *   - the same prefill token by token gives the same logits (batch invariance, bit for bit);
  *   - the greedy continuation, fed back token by token, is identical.
- * Also: a checkpoint with a broken config.json or a missing / misshapen tensor is refused with a message
- * naming the problem. GEMMAC_FIXTURE=name runs one variant. */
+ * The same models rewritten as multimodal checkpoints are published (text_config nested, tensors under
+ * model.language_model., a vision tensor, two shards and an index) give the same logits; a converted
+ * checkpoint with a tokenizer.json keeps its vocabulary. A checkpoint with a broken config.json or a missing /
+ * misshapen tensor is refused with a message naming the problem. GEMMAC_FIXTURE=name runs one variant. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,8 @@
 #include <cmocka.h>
 
 #include "gemmac.h"
+#include "io/safetensors.h"
+#include "safetensors_builder.h"
 #include "test_paths.h"
 
 #define REL_TOL 1e-4
@@ -381,12 +385,98 @@ static void test_convert_keeps_tokenizer(void **state) {
     rmdir(dir);
 }
 
+/* A fixture rewritten as the multimodal checkpoints are published: config.json with the text model under
+ * text_config (architectures *ForConditionalGeneration), tensors under "model.language_model.", a vision
+ * tensor to ignore, and the weights split over two shards named by model.safetensors.index.json. */
+static void write_multimodal_layout(const char *src_dir, const char *dir, const char *arch, const char *type) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", src_dir);
+    gm_st *f = NULL;
+    gm_error e = {0};
+    if (gm_st_open(path, &f, &e) != GEMMAC_OK) fail_msg("%s", e.msg);
+    gm_sb *shard[2] = {gm_sb_new(), gm_sb_new()};
+    size_t cap = 1 << 16, len = 0;
+    char *index = malloc(cap);
+    len += (size_t)snprintf(index + len, cap - len, "{\"metadata\": {}, \"weight_map\": {");
+    const uint64_t n = gm_st_n_tensors(f);
+    for (uint64_t i = 0; i < n; i++) {
+        const gm_st_tensor *t = gm_st_tensor_at(f, i);
+        char name[512];
+        assert_true(strncmp(t->name, "model.", 6) == 0);
+        snprintf(name, sizeof name, "model.language_model.%s", t->name + 6);
+        const int k = (int)(i % 2);
+        gm_sb_tensor(shard[k], name, gm_st_dtype_name(t->dtype), t->n_dims, t->shape, t->data);
+        len += (size_t)snprintf(index + len, cap - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                i ? ", " : "", name, k + 1);
+        assert_true(len < cap - 256);
+    }
+    gm_sb_tensor(shard[0], "model.vision_tower.patch_embedder.input_proj.weight", "F32", 2, (int64_t[]){4, 4}, NULL);
+    len += (size_t)snprintf(index + len, cap - len,
+                            ", \"model.vision_tower.patch_embedder.input_proj.weight\": \"model-00001-of-00002.safetensors\"}}");
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+        assert_true(gm_sb_write_file(shard[k], path));
+        gm_sb_free(shard[k]);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    assert_true(write_text(path, index));
+    free(index);
+    gm_st_close(f);
+    snprintf(path, sizeof path, "%s/config.json", src_dir);
+    char *text_cfg = read_text(path);
+    assert_non_null(text_cfg);
+    const size_t cn = strlen(text_cfg) + 512;
+    char *cfg = malloc(cn);
+    snprintf(cfg, cn,
+             "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"vision_config\": {\"hidden_size\": 4},\n"
+             " \"text_config\": %s}\n",
+             arch, type, text_cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_true(write_text(path, cfg));
+    free(cfg);
+    free(text_cfg);
+}
+
+static void test_multimodal_checkpoint_layout(void **state) {
+    (void)state;
+    static const struct {
+        const char *variant, *arch, *type;
+    } cases[] = {
+        {"gemma4_ple_kvshare", "Gemma4ForConditionalGeneration", "gemma4"},
+        {"gemma4_unified", "Gemma4UnifiedForConditionalGeneration", "gemma4_unified"},
+        {"gemma3n", "Gemma3nForConditionalGeneration", "gemma3n"},
+        {"gemma3", "Gemma3ForConditionalGeneration", "gemma3"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (!selected(cases[c].variant)) continue;
+        char rel[256], src[4096];
+        snprintf(rel, sizeof rel, "tests/golden/hf/%s", cases[c].variant);
+        gm_test_source_path(rel, src, sizeof src);
+        char dir[] = "/tmp/gemmac_mm_XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        write_multimodal_layout(src, dir, cases[c].arch, cases[c].type);
+        reference r = {0};
+        if (!load_reference(src, &r)) fail_msg("%s: cannot read ref.bin", cases[c].variant);
+        check_model(cases[c].variant, dir, &r);
+        free_reference(&r);
+        const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                               "model-00002-of-00002.safetensors"};
+        for (size_t i = 0; i < 4; i++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+            unlink(p);
+        }
+        rmdir(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_hf_directory),
         cmocka_unit_test(test_from_converted_gguf),
         cmocka_unit_test(test_broken_checkpoints),
         cmocka_unit_test(test_convert_keeps_tokenizer),
+        cmocka_unit_test(test_multimodal_checkpoint_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
