@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
             for (int c = 0; c < copies; c++) mats[c] = gm_cuda_mat{ti.type, K, M, row_bytes, w + stride * c};
             const bool quant = ti.block > 1;
             for (int n : {1, 8}) {
-                if (quant) CK(gm_cuda_quantize_act(x, K, n, xq, st));
+                if (quant) CK(gm_cuda_quantize_act(x, K, n, gm_cuda_act_type(ti.type), xq, st));
                 int reps = (int)(4e9 / (double)wbytes);
                 reps = reps < 20 ? 20 : reps > 400 ? 400 : reps;
                 float best = 1e30f;

@@ -45,7 +45,24 @@ typedef struct cuda_backend {
     bool failed;
     gemmac_status fail_status;
     char msg[400];
+    /* CUDA graphs of decode forwards (see "graphs" below) */
+    bool graphs;               /* enabled (GEMMAC_CUDA_GRAPHS=0 turns them off) */
+    uint64_t gen;              /* bumped whenever device memory a graph may point at is freed or moved */
+    struct gentry {
+        int32_t n_tokens, n_out, bucket;
+        uint64_t gen, sig;     /* sig: hash of the ops and arguments of the forward first seen eagerly */
+        int32_t state;         /* 0 empty, 1 seen eagerly (sig valid), 2 exec ready */
+        cudaGraphExec_t exec;
+    } gcache[8];
+    int32_t gnext;             /* next slot to reuse */
+    int32_t gmode;             /* this forward: G_EAGER, G_RECORD, G_CAPTURE, G_REPLAY */
+    struct gentry *gcur;
+    uint64_t gsig;             /* running hash of this forward's ops */
+    int32_t gbucket;           /* attention key bound of this forward when graph-eligible, else 0 */
+    bool glaunched;
 } cuda_backend;
+
+enum { G_EAGER = 0, G_RECORD, G_CAPTURE, G_REPLAY };
 
 static cuda_backend *cb(gm_backend *b) { return (cuda_backend *)b; }
 
@@ -77,8 +94,12 @@ static bool k_ok(cuda_backend *c, int rc, const char *op) {
 }
 
 /* Grows a device scratch buffer to at least need bytes (waits for the stream before freeing the old one). */
+static void graph_abort(cuda_backend *c);
+
 static bool grow(cuda_backend *c, void **buf, size_t *cap, size_t need, const char *what) {
     if (need <= *cap) return true;
+    graph_abort(c); /* an allocation cannot be captured: run what was captured, go on eagerly */
+    c->gen++;
     if (*buf) {
         cudaStreamSynchronize(c->stream);
         cudaFree(*buf);
@@ -133,6 +154,8 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
         const wentry *e = &c->wmap[wslot(c, host)];
         if (e->host && e->host_bytes >= host_bytes) return e;
     }
+    graph_abort(c); /* uploads synchronise: not capturable */
+    c->gen++;
     if (!wmap_reserve(c)) return NULL;
     wentry *e = &c->wmap[wslot(c, host)];
     if (e->host) { /* seen before, smaller: replace */
@@ -204,6 +227,152 @@ static const float *wvec(cuda_backend *c, const float *host, int64_t n) {
     return e ? e->dev : NULL;
 }
 
+/* ---- graphs ----
+ * A decode forward (one token, at most one output row) launches the same ~470 kernels with the same arguments
+ * every time, except for what the positions decide: the attention split, made a function of a key bound
+ * rounded up to 256 (gbucket) in such forwards, and the positions themselves, which the kernels read from the
+ * batch's device int buffer (refreshed by begin_batch's copy, enqueued before the graph). So such forwards are
+ * keyed by (n_tokens, n_out, gbucket) and, per key: the first is run eagerly while hashing every op and its
+ * arguments (G_RECORD); the second is captured into a CUDA graph (G_CAPTURE), launched, and kept when its hash
+ * equals the first's; later ones skip every op on the host, only hashing it (G_REPLAY), and launch the graph at
+ * read() (or end_batch when nothing is read). A replay whose hash differs from the captured forward's cannot be
+ * redone (its ops were skipped): the forward fails with a message, and graphs are off from then on. Anything
+ * that cannot be captured (an allocation, a weight upload: both only in warm-up forwards) ends a capture
+ * early: what was captured is launched and the rest of that forward runs eagerly. Whenever device memory a
+ * graph may point at is freed or moved, gen changes and every graph is dropped. GEMMAC_CUDA_GRAPHS=0: off. */
+static uint64_t hmix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 32);
+}
+static uint64_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+#define PB(p) ((uint64_t)(uintptr_t)(p))
+#define IB(i) ((uint64_t)(int64_t)(i))
+
+/* Hashes one op (id and arguments); true when the op must not run now (replay). */
+static bool graph_skip(cuda_backend *c, const uint64_t *v, size_t n) {
+    if (c->gmode == G_EAGER) return false;
+    for (size_t i = 0; i < n; i++) c->gsig = hmix(c->gsig, v[i]);
+    c->gsig = hmix(c->gsig, 0x5bd1e995u + n);
+    return c->gmode == G_REPLAY;
+}
+#define GRAPH_OP(c, ...)                                                                                     \
+    do {                                                                                                     \
+        const uint64_t gv_[] = {__VA_ARGS__};                                                                \
+        if (graph_skip((c), gv_, sizeof gv_ / sizeof gv_[0])) return;                                        \
+    } while (0)
+
+static void graph_drop_all(cuda_backend *c) {
+    for (int i = 0; i < 8; i++) {
+        if (c->gcache[i].exec) cudaGraphExecDestroy(c->gcache[i].exec);
+        memset(&c->gcache[i], 0, sizeof c->gcache[i]);
+    }
+}
+
+/* Ends a capture: instantiates and launches what was captured (the forward's work so far). NULL exec on
+ * failure (recorded). */
+static cudaGraphExec_t graph_end_capture(cuda_backend *c) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e == cudaSuccess && g) e = cudaGraphInstantiate(&ex, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e == cudaSuccess && ex) e = cudaGraphLaunch(ex, c->stream);
+    if (e != cudaSuccess || !ex) {
+        if (ex) cudaGraphExecDestroy(ex);
+        ex = NULL;
+        cudaGetLastError();
+        c->graphs = false;
+        fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: capturing the forward into a CUDA graph failed: %s "
+             "(GEMMAC_CUDA_GRAPHS=0 runs without graphs)", cudaGetErrorString(e));
+    }
+    c->glaunched = true;
+    return ex;
+}
+
+/* Before an allocation or upload: a capture in progress is ended and launched; the forward goes on eagerly. */
+static void graph_abort(cuda_backend *c) {
+    if (c->gmode != G_CAPTURE) return;
+    cudaGraphExec_t ex = graph_end_capture(c);
+    if (ex) {
+        cudaStreamSynchronize(c->stream);
+        cudaGraphExecDestroy(ex);
+    }
+    if (c->gcur) c->gcur->state = 0;
+    c->gmode = G_EAGER;
+}
+
+static void graph_begin(cuda_backend *c, const gm_batch_ints *bi) {
+    c->gmode = G_EAGER, c->gcur = NULL, c->gsig = 0x243f6a8885a308d3ull, c->gbucket = 0, c->glaunched = false;
+    if (!c->graphs || c->failed || bi->n_tokens != 1 || bi->n_out > 1) return;
+    int32_t mp = 1;
+    for (int32_t t = 0; t < bi->n_tokens; t++)
+        if (bi->pos[t] + 1 > mp) mp = bi->pos[t] + 1;
+    c->gbucket = (int32_t)(((int64_t)mp + 255) / 256 * 256);
+    struct gentry *e = NULL;
+    for (int i = 0; i < 8 && !e; i++) {
+        struct gentry *x = &c->gcache[i];
+        if (x->state && x->gen == c->gen && x->n_tokens == bi->n_tokens && x->n_out == bi->n_out &&
+            x->bucket == c->gbucket)
+            e = x;
+    }
+    if (!e) {
+        e = &c->gcache[c->gnext];
+        c->gnext = (c->gnext + 1) % 8;
+        if (e->exec) cudaGraphExecDestroy(e->exec);
+        *e = (struct gentry){.n_tokens = bi->n_tokens, .n_out = bi->n_out, .bucket = c->gbucket, .gen = c->gen};
+        c->gcur = e, c->gmode = G_RECORD;
+        return;
+    }
+    c->gcur = e;
+    if (e->state == 2) {
+        c->gmode = G_REPLAY;
+    } else if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        c->gmode = G_CAPTURE;
+    } else {
+        cudaGetLastError();
+        c->gmode = G_RECORD;
+    }
+}
+
+/* At read() or end_batch: what the graph covers ends here; later ops of the forward run eagerly. */
+static void graph_finish(cuda_backend *c) {
+    struct gentry *e = c->gcur;
+    switch (c->gmode) {
+    case G_RECORD:
+        e->sig = c->gsig, e->gen = c->gen, e->state = 1;
+        break;
+    case G_CAPTURE: {
+        cudaGraphExec_t ex = graph_end_capture(c);
+        if (ex && e->sig == c->gsig && e->gen == c->gen) {
+            e->exec = ex, e->state = 2;
+        } else {
+            if (ex) {
+                cudaStreamSynchronize(c->stream);
+                cudaGraphExecDestroy(ex);
+            }
+            e->sig = c->gsig, e->gen = c->gen, e->state = 1; /* not the same as the recorded one: record again */
+        }
+        break;
+    }
+    case G_REPLAY:
+        if (e->sig == c->gsig && e->gen == c->gen && !c->failed) {
+            if (cu_ok(c, cudaGraphLaunch(e->exec, c->stream), "launching the forward's CUDA graph")) c->glaunched = true;
+        } else if (!c->failed) {
+            c->graphs = false;
+            fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: a decode forward differed from the CUDA graph captured for it "
+                 "(ops or arguments); graphs are now off (GEMMAC_CUDA_GRAPHS=0 avoids them)");
+        }
+        break;
+    default: break;
+    }
+    c->gmode = G_EAGER;
+}
+
 /* ---- the batch's integer arrays ---- */
 static const int32_t *dev_ints(cuda_backend *c, const int32_t *host, int64_t n, const char *op) {
     if (c->failed) return NULL;
@@ -225,6 +394,7 @@ static const int32_t *dev_ints(cuda_backend *c, const int32_t *host, int64_t n, 
 
 static bool ints_reserve(cuda_backend *c, size_t n) {
     if (n <= c->ints_cap) return true;
+    c->gen++;
     if (c->ints_pending) cudaEventSynchronize(c->ints_copied);
     c->ints_pending = false;
     cudaStreamSynchronize(c->stream);
@@ -259,12 +429,14 @@ static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm
     }
     c->batch = *bi;
     c->d_token = c->d_ints, c->d_pos = c->d_ints + nt, c->d_seq = c->d_ints + 2 * nt, c->d_out = c->d_ints + 3 * nt;
+    graph_begin(c, bi); /* after the copy: a captured or replayed graph reads the refreshed ints */
     if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
     return GEMMAC_OK;
 }
 
 static gemmac_status cuda_end_batch(gm_backend *b, gm_error *err) {
     cuda_backend *c = cb(b);
+    graph_finish(c);
     if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
     return GEMMAC_OK;
 }
@@ -277,7 +449,7 @@ static float *cuda_alloc(gm_backend *b, int64_t n) {
     return p;
 }
 static void cuda_release(gm_backend *b, float *buf) {
-    (void)b;
+    cb(b)->gen++;
     if (buf) cudaFree(buf);
 }
 /* KV storage, zeroed on the backend's stream (a legacy-stream memset would not be ordered before our kernels). */
@@ -292,13 +464,14 @@ static void *cuda_alloc_bytes(gm_backend *b, size_t n) {
     return p;
 }
 static void cuda_free_bytes(gm_backend *b, void *p) {
-    (void)b;
+    cb(b)->gen++;
     if (p) cudaFree(p);
 }
 
 /* The one synchronisation of a forward: the copy, then the stream (errors of earlier kernels surface here). */
 static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
     cuda_backend *c = cb(b);
+    if (c->gmode != G_EAGER) graph_finish(c); /* launches the forward's graph when there is one */
     if (c->failed) return;
     if (cu_ok(c, cudaMemcpyAsync(host, buf, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
               "copying results to the host"))
@@ -311,17 +484,20 @@ static void cuda_get_rows(gm_backend *b, const gm_tensor *table, const int32_t *
     cuda_backend *c = cb(b);
     gm_cuda_mat m;
     const int32_t *d = dev_ints(c, ids, n, "get_rows");
+    GRAPH_OP(c, 1, PB(table->data), IB(table->type), PB(d), IB(n), fbits(scale), PB(out));
     if (d && wmat(c, table, &m)) k_ok(c, gm_cuda_get_rows(&m, d, n, scale, out, c->stream), "get_rows");
 }
 
 static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst) {
     cuda_backend *c = cb(b);
     const int32_t *dr = dev_ints(c, rows, n, "gather");
+    GRAPH_OP(c, 2, PB(src), IB(d), PB(dr), IB(n), PB(dst));
     if (dr) k_ok(c, gm_cuda_gather(src, d, dr, n, dst, c->stream), "gather");
 }
 
 static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 3, PB(w->data), IB(w->type), IB(w->ne[0]), IB(gm_tensor_rows(w)), PB(x), IB(n), PB(y));
     gm_cuda_mat m;
     if (c->failed || !wmat(c, w, &m)) return;
     const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
@@ -336,6 +512,7 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
 
 static void cuda_rmsnorm(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 4, PB(x), PB(y), IB(n_rows), IB(d), PB(w), fbits(eps));
     const float *dw = wvec(c, w, d);
     if (!c->failed) k_ok(c, gm_cuda_rmsnorm(x, y, n_rows, d, dw, eps, c->stream), "rmsnorm");
 }
@@ -343,6 +520,7 @@ static void cuda_rmsnorm(gm_backend *b, const float *x, float *y, int64_t n_rows
 static void cuda_rmsnorm_add(gm_backend *b, float *acc, const float *x, int64_t n_rows, int32_t d, const float *w,
                              float eps) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 5, PB(acc), PB(x), IB(n_rows), IB(d), PB(w), fbits(eps));
     const float *dw = wvec(c, w, d);
     if (!c->failed) k_ok(c, gm_cuda_rmsnorm_add(acc, x, n_rows, d, dw, eps, c->stream), "rmsnorm_add");
 }
@@ -351,6 +529,8 @@ static void cuda_rope(gm_backend *b, float *x, int32_t n, int32_t n_head, int32_
                       int32_t n_rot, float base, float freq_scale, const float *freq_factors, float scale) {
     cuda_backend *c = cb(b);
     const int32_t *dp = dev_ints(c, pos, n, "rope");
+    GRAPH_OP(c, 6, PB(x), IB(n), IB(n_head), IB(head_dim), PB(dp), IB(n_rot), fbits(base), fbits(freq_scale),
+             PB(freq_factors), fbits(scale));
     const float *ff = wvec(c, freq_factors, n_rot / 2);
     if (dp && !c->failed)
         k_ok(c, gm_cuda_rope(x, n, n_head, head_dim, dp, n_rot, base, freq_scale, ff, scale, c->stream), "rope");
@@ -358,11 +538,13 @@ static void cuda_rope(gm_backend *b, float *x, int32_t n, int32_t n_head, int32_
 
 static void cuda_gelu_mul(gm_backend *b, float *g, const float *u, int64_t n) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 7, PB(g), PB(u), IB(n));
     if (!c->failed) k_ok(c, gm_cuda_gelu_mul(g, u, n, c->stream), "gelu_mul");
 }
 
 static void cuda_softcap(gm_backend *b, float *z, int64_t n, float cap) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 8, PB(z), IB(n), fbits(cap));
     if (!c->failed) k_ok(c, gm_cuda_softcap(z, n, cap, c->stream), "softcap");
 }
 
@@ -377,17 +559,23 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
     }
     const int32_t *dpos = dev_ints(c, a->pos, a->n_tokens, "attention"), *dseq = dev_ints(c, a->seq, a->n_tokens, "attention");
     if (!dpos || !dseq) return;
-    const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
-                           .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
-    if (a->write_kv && !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store"))
-        return;
-    /* the most keys any query of the batch sees, from the host positions: sizes the split of the keys */
+    /* the most keys any query of the batch sees, from the host positions: sizes the split of the keys; in a
+     * graph-eligible forward rounded up to 256, so one graph serves every position of its bucket (the kernels
+     * find each query's real key range from the device positions; extra splits are empty) */
     int32_t max_keys = 1;
     for (int32_t t = 0; t < a->n_tokens; t++) {
         const int32_t p = a->pos[t];
         const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
         if (p - lo + 1 > max_keys) max_keys = p - lo + 1;
     }
+    if (c->gbucket) max_keys = (int32_t)(((int64_t)max_keys + 255) / 256 * 256);
+    GRAPH_OP(c, 9, PB(l->k), PB(l->v), IB(l->n_slots), IB(l->ring), IB(l->elem), IB(a->write_kv), IB(a->n_tokens),
+             PB(dpos), PB(dseq), IB(a->n_head), IB(a->n_head_kv), IB(a->head_dim), IB(a->window), PB(a->q), PB(a->k),
+             PB(a->v), PB(a->out), IB(max_keys));
+    const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
+                           .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
+    if (a->write_kv && !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store"))
+        return;
     const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->head_dim, max_keys);
     if (need && !grow(c, &c->attn, &c->attn_bytes, need, "attention scratch")) return;
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
@@ -397,17 +585,21 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
 
 static void cuda_scale(gm_backend *b, float *x, int64_t n, float s) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 10, PB(x), IB(n), fbits(s));
     if (!c->failed) k_ok(c, gm_cuda_scale(x, n, s, c->stream), "scale");
 }
 
 static void cuda_add_scale(gm_backend *b, float *y, const float *x, int64_t n, float s) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 11, PB(y), PB(x), IB(n), fbits(s));
     if (!c->failed) k_ok(c, gm_cuda_add_scale(y, x, n, s, c->stream), "add_scale");
 }
 
 static void cuda_moe(gm_backend *b, const float *logits, const float *x, int32_t n, int32_t n_used,
                      const float *expert_scale, const gm_tensor *gate_up, const gm_tensor *down, float *out) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 12, PB(logits), PB(x), IB(n), IB(n_used), PB(expert_scale), PB(gate_up->data), IB(gate_up->type),
+             PB(down->data), IB(down->type), PB(out));
     gm_cuda_mat gu, dn;
     if (c->failed || !wmat(c, gate_up, &gu) || !wmat(c, down, &dn)) return;
     const int32_t E = (int32_t)gate_up->ne[2];
@@ -424,34 +616,40 @@ static void cuda_moe(gm_backend *b, const float *logits, const float *x, int32_t
 
 static void cuda_mul_rows(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 13, PB(x), PB(y), IB(n_rows), IB(d), PB(w));
     const float *dw = wvec(c, w, d);
     if (!c->failed) k_ok(c, gm_cuda_mul_rows(x, y, n_rows, d, dw, c->stream), "mul_rows");
 }
 
 static void cuda_transpose(gm_backend *b, const float *src, float *dst, int32_t n0, int32_t n1, int32_t d) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 14, PB(src), PB(dst), IB(n0), IB(n1), IB(d));
     if (!c->failed) k_ok(c, gm_cuda_transpose(src, dst, n0, n1, d, c->stream), "transpose");
 }
 
 static void cuda_rms_match(gm_backend *b, float *y, const float *ref, int64_t n_rows, int32_t d, float eps) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 15, PB(y), PB(ref), IB(n_rows), IB(d), fbits(eps));
     if (!c->failed) k_ok(c, gm_cuda_rms_match(y, ref, n_rows, d, eps, c->stream), "rms_match");
 }
 
 static void cuda_sparsity_gate(gm_backend *b, float *g, int64_t n_rows, int32_t d, float k) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 16, PB(g), IB(n_rows), IB(d), fbits(k));
     if (!c->failed) k_ok(c, gm_cuda_sparsity_gate(g, n_rows, d, k, c->stream), "sparsity_gate");
 }
 
 static void cuda_altup_predict(gm_backend *b, const float *x, const float *coef, float *y, int32_t K, int32_t n,
                                int32_t d) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 17, PB(x), PB(coef), PB(y), IB(K), IB(n), IB(d));
     if (!c->failed) k_ok(c, gm_cuda_altup_predict(x, coef, y, K, n, d, c->stream), "altup_predict");
 }
 
 static void cuda_altup_correct(gm_backend *b, const float *pred, const float *act, const float *coef, float *y,
                                int32_t K, int32_t active, int32_t n, int32_t d) {
     cuda_backend *c = cb(b);
+    GRAPH_OP(c, 18, PB(pred), PB(act), PB(coef), PB(y), IB(K), IB(active), IB(n), IB(d));
     if (!c->failed) k_ok(c, gm_cuda_altup_correct(pred, act, coef, y, K, active, n, d, c->stream), "altup_correct");
 }
 
@@ -470,7 +668,9 @@ static void cuda_free(gm_backend *b) {
     cuda_backend *c = cb(b);
     if (!c) return;
     cudaSetDevice(c->device);
+    if (c->gmode == G_CAPTURE) graph_abort(c);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    graph_drop_all(c);
     for (size_t i = 0; i < c->wcap; i++)
         if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
     free(c->wmap);
@@ -529,6 +729,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of memory");
     c->base.ops = &cuda_ops;
     c->device = device;
+    const char *ge = getenv("GEMMAC_CUDA_GRAPHS");
+    c->graphs = !(ge && ge[0] == '0');
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||
         !cu_ok(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream") ||
         !cu_ok(c, cudaEventCreateWithFlags(&c->ints_copied, cudaEventDisableTiming), "creating an event")) {

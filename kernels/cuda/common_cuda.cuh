@@ -13,7 +13,7 @@
 /* GGML type numbers (src/quant/quant.h). */
 enum {
     GMC_F32 = 0, GMC_F16 = 1, GMC_Q4_0 = 2, GMC_Q5_0 = 6, GMC_Q8_0 = 8, GMC_Q4_K = 12, GMC_Q5_K = 13, GMC_Q6_K = 14,
-    GMC_BF16 = 30
+    GMC_Q8_K = 15 /* activations only */, GMC_BF16 = 30
 };
 
 /* Block byte sizes and offsets of the GGUF layouts (see quant_blocks.h for the meaning of each field). */

@@ -1,7 +1,7 @@
 /* matmul_cuda.cu: y[n][M] = x[n][K] · Wᵀ on the GPU for n = 1..8 columns per launch (more columns: one
- * launch per 8), weights read straight from their GGUF blocks. Owns: the activation quantizer (f32 -> 8-bit
- * blocks of 32), the integer-dot matvec for q4_0 / q8_0 / q4_K / q5_K / q6_K, and the f32-FMA matvec for
- * f32 / f16 / bf16. Leaves to others: choosing which matrices share a quantized input (the forward pass).
+ * launch per 8), weights read straight from their GGUF blocks. Owns: the activation quantizers (f32 -> q8_0
+ * or q8_K, bit-identical to the CPU's), the integer-dot matvec for q4_0 / q5_0 / q8_0 / q4_K / q5_K / q6_K,
+ * and the f32-FMA matvec for f32 / f16 / bf16. Leaves to others: choosing which matrices share a quantized input (the forward pass).
  *
  * Shape of the work (both kernels): a block of 4 warps; each warp owns R consecutive rows and walks their K
  * dimension in "items" (32 weights of one block: two spans of 16 for the 4-bit types, one span of 16 for
@@ -24,12 +24,17 @@
 #include "common_cuda.cuh"
 
 /* ---------------------------------------------------------------------------------------------------------
- * Activation quantizer: one thread per 32-value block. d = amax/127, q = rint(x · (127/amax)) (half to even),
- * stored as int8 xq[n][K] and float2 xds[n][K/32] = (d, d · Σq). Exact IEEE ops, so a host simulation of the
- * same rule gives the same bytes (the tests rely on it).
- * Bytes: 4·K·n in, 1.25·K·n out; negligible (10 KB at K = 2560, n = 1): launch bound (~2 us). */
-__global__ void quantize_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
-                                    float2 *__restrict__ xds) {
+ * Activation quantizers: the CPU's, bit for bit (kernels/ref: gm_quantize_q8_0_act_ref, gm_quantize_q8_K_ref),
+ * so that every integer block sum of a GPU matvec is the CPU's and only the float summation order differs.
+ * Every float operation is one IEEE-rounded op spelled out (__fdiv_rn, __fmul_rn, no contraction), as the C
+ * reference performs it. Output layout (both): int8 xq[n][K], then at align16(n·K) float xd[n][K/QK].
+ *
+ * q8_0 (for q4_0 / q5_0 / q8_0 weights), one thread per 32-value block: amax = max |x|, d = f16(amax/127)
+ * (stored widened back to f32: the CPU keeps the f16), q = round-half-even(x · (127/amax)) (llama.cpp's x86
+ * quantize_row_q8_0; 0 when amax = 0).
+ * Bytes: 4·K·n in, 1.125·K·n out; negligible (10 KB at K = 2560, n = 1): launch bound (~2 us). */
+__global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
+                                         float *__restrict__ xd) {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= n_blocks) return;
     const float4 *src = (const float4 *)(x + b * 32);
@@ -42,9 +47,7 @@ __global__ void quantize_act_kernel(const float *__restrict__ x, int64_t n_block
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int sum = 0;
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     uint32_t packed[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -52,7 +55,6 @@ __global__ void quantize_act_kernel(const float *__restrict__ x, int64_t n_block
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int q = __float2int_rn(__fmul_rn(v[4 * i + j], id));
-            sum += q;
             p |= (uint32_t)(q & 0xff) << (8 * j);
         }
         packed[i] = p;
@@ -60,17 +62,57 @@ __global__ void quantize_act_kernel(const float *__restrict__ x, int64_t n_block
     int4 *dst = (int4 *)(xq + b * 32);
     dst[0] = make_int4((int)packed[0], (int)packed[1], (int)packed[2], (int)packed[3]);
     dst[1] = make_int4((int)packed[4], (int)packed[5], (int)packed[6], (int)packed[7]);
-    xds[b] = make_float2(d, __fmul_rn(d, (float)sum));
+    xd[b] = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+}
+
+/* q8_K (for q4_K / q5_K / q6_K weights), one warp per 256-value block, 8 consecutive values per lane: max = the
+ * value of largest |x| (the FIRST one on ties, as the reference's strict '>' scan), iscale = -127/max,
+ * q = min(round-half-even(iscale · x), 127), d = 1/iscale; an all-zero block gets d = 0 and q = 0. The bsums
+ * of the CPU block (sums of 16) are not stored: the dot kernels form the same integer sums with dp4a. */
+__global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
+                                         float *__restrict__ xd) {
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (b >= n_blocks) return; /* whole warps leave together: blockDim is a multiple of 32 */
+    const float4 *src = (const float4 *)(x + b * 256 + 8 * lane);
+    const float4 f0 = src[0], f1 = src[1];
+    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float amax = 0.0f, mx = 0.0f;
+    int idx = 0x7fffffff; /* element index of mx within the block; none yet */
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (fabsf(v[i]) > amax) amax = fabsf(v[i]), mx = v[i], idx = 8 * lane + i;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx)) amax = oa, mx = om, idx = oi;
+    }
+    uint32_t p0 = 0, p1 = 0;
+    float d = 0.0f;
+    if (amax != 0.0f) {
+        const float iscale = __fdiv_rn(-127.0f, mx);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int q = __float2int_rn(__fmul_rn(iscale, v[i]));
+            q = q < 127 ? q : 127;
+            if (i < 4) p0 |= (uint32_t)(q & 0xff) << (8 * i);
+            else p1 |= (uint32_t)(q & 0xff) << (8 * (i - 4));
+        }
+        d = __fdiv_rn(1.0f, iscale);
+    }
+    *(uint2 *)(xq + b * 256 + 8 * lane) = make_uint2(p0, p1);
+    if (lane == 0) xd[b] = d;
 }
 
 /* ---------------------------------------------------------------------------------------------------------
  * Weight items. Each type says: ELEMS (weights per item), SPANS (16-weight spans per item), MINS (whether a
- * span has a min term), load() -> per span 4 words of 16 int8 weights (signed, or unsigned when MINS), the
+ * span has a min term), ACT_SHIFT (log2 of its activation blocks: 5 = q8_0 per 32, 8 = q8_K per 256), load() -> per span 4 words of 16 int8 weights (signed, or unsigned when MINS), the
  * span's scale ws and min wm (value = ws·q - wm), and act_off() -> each span's first element in the row.
  * Contribution of a span against activations (da, qa): da · (ws · Σ q·qa - wm · Σ qa). */
 
 struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 1 = high (16..31) */
-    enum { ELEMS = 32, SPANS = 2, MINS = 0 };
+    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)it * Q4_0_BYTES;
         uint32_t qs[4];
@@ -89,7 +131,7 @@ struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 
 
 /* q5_0 item = one block, spans as q4_0; the fifth bit of element j is bit j of the 32-bit qh (2-aligned). */
 struct TQ5_0 {
-    enum { ELEMS = 32, SPANS = 2, MINS = 0 };
+    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)it * Q5_0_BYTES;
         uint32_t qs[4];
@@ -114,7 +156,7 @@ struct TQ5_0 {
 };
 
 struct TQ8_0 { /* item = half a block (16 weights) */
-    enum { ELEMS = 16, SPANS = 1, MINS = 0 };
+    enum { ELEMS = 16, SPANS = 1, MINS = 0, ACT_SHIFT = 5 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[1][4], float ws[1], float wm[1]) {
         const uint8_t *b = row + (size_t)(it >> 1) * Q8_0_BYTES;
         uint32_t qs[4];
@@ -146,7 +188,7 @@ __device__ __forceinline__ void k4_scale_min2(const uint32_t s[3], int g, float 
 /* q4_K item (g, h) of a super-block (8 items): qs bytes 32g + 16h .. +15; span 0 = low nibbles = sub-block 2g
  * positions 16h..16h+15, span 1 = high nibbles = sub-block 2g+1, same positions. */
 struct TQ4_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 1 };
+    enum { ELEMS = 32, SPANS = 2, MINS = 1, ACT_SHIFT = 8 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)(it >> 3) * Q4_K_BYTES;
         const int g = (it & 7) >> 1, h = it & 1;
@@ -172,7 +214,7 @@ struct TQ4_K {
 
 /* q5_K: as q4_K, the fifth bit of position l of sub-block j is bit j of qh[l]. */
 struct TQ5_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 1 };
+    enum { ELEMS = 32, SPANS = 2, MINS = 1, ACT_SHIFT = 8 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)(it >> 3) * Q5_K_BYTES;
         const int g = (it & 7) >> 1, h = it & 1;
@@ -198,7 +240,7 @@ struct TQ5_K {
  * span 0 = low nibbles = elements 128hh + 16p + i (high bits: qh bits 2·(p/2)), span 1 = high nibbles =
  * elements 128hh + 64 + 16p + i (qh bits 2·(2 + p/2)); q - 32 as signed bytes; scales 8hh + p, 8hh + 4 + p. */
 struct TQ6_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 0 };
+    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 8 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)(it >> 3) * Q6_K_BYTES;
         const int hh = (it & 7) >> 2, p = it & 3;
@@ -230,14 +272,14 @@ struct TQ6_K {
 template <class T, int R, int N, int U>
 __global__ void __launch_bounds__(128) mmvq_kernel(const uint8_t *__restrict__ W, uint64_t row_bytes, int64_t M,
                                                    int K, const int8_t *__restrict__ xq,
-                                                   const float2 *__restrict__ xds, float *__restrict__ y,
+                                                   const float *__restrict__ xds, float *__restrict__ y,
                                                    int64_t ldy, const int32_t *__restrict__ eid, uint64_t e_bytes,
                                                    int x_div) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * 4 + warp) * R;
     if (row0 >= M) return;
     const int n_items = K / T::ELEMS;
-    const int kb = K / 32;
+    const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
     if (eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
         const int p = blockIdx.y;
         W += (uint64_t)eid[p] * e_bytes;
@@ -273,7 +315,7 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const uint8_t *__restrict__ W
 #pragma unroll
                 for (int s = 0; s < T::SPANS; s++) {
                     const int4 a = __ldg((const int4 *)(xq + (size_t)c * K + off[s]));
-                    const float da = __ldg(&xds[(size_t)c * kb + (off[s] >> 5)].x);
+                    const float da = __ldg(&xds[(size_t)c * kb + (off[s] >> T::ACT_SHIFT)]);
                     float fa = 0.0f;
                     if (T::MINS) {
                         int sa = __dp4a(a.x, 0x01010101, 0);
@@ -423,7 +465,7 @@ static size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
 
 extern "C" size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n) {
     if (ne0 % 32 != 0 || n <= 0) return 0;
-    return align16((size_t)n * ne0) + (size_t)n * (ne0 / 32) * sizeof(float2);
+    return align16((size_t)n * ne0) + (size_t)n * (ne0 / 32) * sizeof(float); /* q8_0's scales: the most */
 }
 
 extern "C" int gm_cuda_type_supported(int32_t type) {
@@ -438,17 +480,31 @@ static int is_quant(int type) {
     return type == GMC_Q4_0 || type == GMC_Q5_0 || type == GMC_Q8_0 || (type >= GMC_Q4_K && type <= GMC_Q6_K);
 }
 
-extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, void *xq, gm_cuda_stream stream) {
-    if (K % 32 != 0 || n <= 0 || !x || !xq) return gmc_fail(-1, "quantize_act: bad arguments (K=%lld n=%d)", (long long)K, n);
-    const int64_t nb = (int64_t)n * K / 32;
+extern "C" int gm_cuda_act_type(int32_t wtype) {
+    switch (wtype) {
+    case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: return GMC_Q8_0;
+    case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: return GMC_Q8_K;
+    default: return -1;
+    }
+}
+
+extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_t act_type, void *xq,
+                                    gm_cuda_stream stream) {
+    const int64_t qk = act_type == GMC_Q8_K ? 256 : 32;
+    if ((act_type != GMC_Q8_0 && act_type != GMC_Q8_K) || K % qk != 0 || n <= 0 || !x || !xq)
+        return gmc_fail(-1, "quantize_act: bad arguments (type %d, K=%lld n=%d)", act_type, (long long)K, n);
+    const int64_t nb = (int64_t)n * K / qk;
     int8_t *q = (int8_t *)xq;
-    float2 *ds = (float2 *)((uint8_t *)xq + align16((size_t)n * K));
-    quantize_act_kernel<<<(unsigned)((nb + 127) / 128), 128, 0, stream>>>(x, nb, q, ds);
+    float *ds = (float *)((uint8_t *)xq + align16((size_t)n * K));
+    if (act_type == GMC_Q8_0)
+        quantize_q8_0_act_kernel<<<(unsigned)((nb + 127) / 128), 128, 0, stream>>>(x, nb, q, ds);
+    else
+        quantize_q8_K_act_kernel<<<(unsigned)((nb + 3) / 4), 128, 0, stream>>>(x, nb, q, ds);
     return gmc_check_launch("quantize_act");
 }
 
 template <class T, int R, int U>
-static void launch_q_ru(const gm_cuda_mat *w, const int8_t *q, const float2 *ds, int n, float *y, int64_t ldy,
+static void launch_q_ru(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
                        cudaStream_t s) {
     const int64_t M = w->ne1;
     const unsigned grid = (unsigned)((M + 4 * R - 1) / (4 * R));
@@ -463,14 +519,14 @@ static void launch_q_ru(const gm_cuda_mat *w, const int8_t *q, const float2 *ds,
 }
 
 template <class T, int R>
-static void launch_q_r(const gm_cuda_mat *w, const int8_t *q, const float2 *ds, int n, float *y, int64_t ldy,
+static void launch_q_r(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
                        cudaStream_t s) {
     if (default_unroll(w->type, n) == 2) launch_q_ru<T, R, 2>(w, q, ds, n, y, ldy, s);
     else launch_q_ru<T, R, 1>(w, q, ds, n, y, ldy, s);
 }
 
 template <class T>
-static void launch_q(const gm_cuda_mat *w, const int8_t *q, const float2 *ds, int n, float *y, int64_t ldy,
+static void launch_q(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
                      cudaStream_t s) {
     switch (default_rows(w->type, n, w->ne0, w->ne1)) {
     case 1: launch_q_r<T, 1>(w, q, ds, n, y, ldy, s); break;
@@ -536,11 +592,11 @@ extern "C" int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n,
     if (n <= 0 || !xq || !y) return gmc_fail(-1, "matmul_q: bad arguments");
     const int64_t K = w->ne0;
     const int8_t *q = (const int8_t *)xq;
-    const float2 *ds = (const float2 *)((const uint8_t *)xq + align16((size_t)n * K));
+    const float *ds = (const float *)((const uint8_t *)xq + align16((size_t)n * K));
     for (int c0 = 0; c0 < n; c0 += 8) {
         const int nc = n - c0 < 8 ? n - c0 : 8;
         const int8_t *qc = q + (size_t)c0 * K;
-        const float2 *dc = ds + (size_t)c0 * (K / 32);
+        const float *dc = ds + (size_t)c0 * (K / (gm_cuda_act_type(w->type) == GMC_Q8_K ? 256 : 32));
         float *yc = y + (size_t)c0 * w->ne1;
         switch (w->type) {
         case GMC_Q4_0: launch_q<TQ4_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
@@ -565,7 +621,7 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
         if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n))
             return gmc_fail(-1, "matmul: scratch of %zu bytes, %zu needed", scratch_bytes,
                             gm_cuda_matmul_scratch_bytes(w->ne0, n));
-        rc = gm_cuda_quantize_act(x, w->ne0, n, scratch, stream);
+        rc = gm_cuda_quantize_act(x, w->ne0, n, gm_cuda_act_type(w->type), scratch, stream);
         return rc ? rc : gm_cuda_matmul_q(w, scratch, n, y, stream);
     }
     const int64_t K = w->ne0;
@@ -588,7 +644,7 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
  * Expert-indexed matmul (MoE): one launch for every (token, chosen expert) pair, grid.y = pairs, one column
  * each (R = N = U = 1): only the chosen experts' weights are read. */
 template <class T>
-static void launch_q_id(const gm_cuda_mat *w, const int8_t *q, const float2 *ds, const int32_t *eid,
+static void launch_q_id(const gm_cuda_mat *w, const int8_t *q, const float *ds, const int32_t *eid,
                         uint64_t e_bytes, int x_div, int n_pairs, float *y, cudaStream_t s) {
     const dim3 grid((unsigned)((w->ne1 + 3) / 4), (unsigned)n_pairs);
     mmvq_kernel<T, 1, 1, 1><<<grid, 128, 0, s>>>((const uint8_t *)w->data, w->row_bytes, w->ne1, (int)w->ne0, q, ds, y,
@@ -615,10 +671,10 @@ extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, co
         if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n_x))
             return gmc_fail(-1, "matmul_id: scratch of %zu bytes, %zu needed", scratch_bytes,
                             gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
-        rc = gm_cuda_quantize_act(x, w->ne0, n_x, scratch, stream);
+        rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
         if (rc) return rc;
         const int8_t *q = (const int8_t *)scratch;
-        const float2 *ds = (const float2 *)((const uint8_t *)scratch + align16((size_t)n_x * w->ne0));
+        const float *ds = (const float *)((const uint8_t *)scratch + align16((size_t)n_x * w->ne0));
         switch (w->type) {
         case GMC_Q4_0: launch_q_id<TQ4_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
         case GMC_Q5_0: launch_q_id<TQ5_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;

@@ -37,17 +37,26 @@ const char *gm_cuda_last_error(void);
 int gm_cuda_type_supported(int32_t type);
 
 /* ---- matmul: y[n][ne1] = x[n][ne0] · Wᵀ ----
- * Quantized weights: activations are first quantized on the GPU to 8-bit blocks of 32 (d = amax/127,
- * q = round-half-even(x·127/amax), kept as f32 d and d·Σq) and weight blocks are consumed with integer dot
- * products (dp4a) straight from the GGUF layout. F32/F16/BF16 weights: f32 activations, f32 FMA.
+ * Quantized weights: activations are first quantized on the GPU exactly as the CPU backend quantizes them
+ * (the weight type's vec_dot_type, src/quant/quant.h; bit-identical to kernels/ref's quantize_act): q8_0
+ * (blocks of 32, d = f16(amax/127), q = round-half-even(x·127/amax)) for q4_0 / q5_0 / q8_0 weights, q8_K
+ * (blocks of 256, d = max/-127 of the signed value of largest |x|, q = round-half-even(x·(-127/max))) for
+ * q4_K / q5_K / q6_K; weight blocks are consumed with integer dot products (dp4a) straight from the GGUF
+ * layout, so every integer block sum equals the CPU's and only the float summation order differs.
+ * F32/F16/BF16 weights: f32 activations, f32 FMA.
  * Columns are processed 8 at a time (n > 8 re-reads the weights once per 8 columns: the small-batch path
  * is correct but not fast yet). scratch: gm_cuda_matmul_scratch_bytes(ne0, n) bytes (may be NULL when 0). */
 size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n);
 int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, float *y, void *scratch, size_t scratch_bytes,
                    gm_cuda_stream stream);
+/* The activation type (GGML number: 8 = q8_0, 15 = q8_K) a quantized weight type takes; -1 for the others. */
+int gm_cuda_act_type(int32_t wtype);
 /* The two halves of gm_cuda_matmul for quantized weights, so one quantized activation can feed several
- * matrices of the same input (Q, K, V; gate, up). xq: gm_cuda_matmul_scratch_bytes(K, n) bytes. */
-int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, void *xq, gm_cuda_stream stream);
+ * matrices of the same input and activation type (Q, K, V; gate, up). act_type: gm_cuda_act_type of the
+ * weights that will read it. xq: gm_cuda_matmul_scratch_bytes(K, n) bytes, laid out as int8 q[n][K], then at
+ * byte (n·K + 15) / 16 · 16 the f32 block scales d[n][K / QK] (QK 32 for q8_0, 256 for q8_K; a q8_0 d is the
+ * f16 value widened). The CPU block's q8_K bsums are not stored (the kernels sum the q themselves). */
+int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_t act_type, void *xq, gm_cuda_stream stream);
 int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, gm_cuda_stream stream);
 /* Rows per warp of the matvec kernels (1, 2 or 4), and weight items each lane loads ahead (1 or 2); 0: the
  * built-in choice. Process-wide; for benchmarks and tests. */

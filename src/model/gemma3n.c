@@ -384,26 +384,8 @@ static gemmac_status gemma3n_manifest(const gm_hparams *hp, gm_weights *w, gm_sp
                    GM_ROLE_MATRIX, false, k, (int32_t)(K - 1), 2, H, H);
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        const gm_layer_hparams *l = &hp->layer[il];
         gm_layer_weights *lw = &w->layer[il];
-        const int64_t D = l->head_dim, qd = (int64_t)l->n_head * D, kvd = (int64_t)l->n_head_kv * D, F = l->n_ff;
-        const bool shared = l->kv_source != il; /* K/V come from another layer: its own may be absent */
-        DECL(il, &lw->attn_norm, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", GM_ROLE_NORM, false, 1, H);
-        DECL(il, &lw->wq, "blk.%d.attn_q.weight", "layers.%d.self_attn.q_proj.weight", GM_ROLE_MATRIX, false, 2, H, qd);
-        DECL(il, &lw->wk, "blk.%d.attn_k.weight", "layers.%d.self_attn.k_proj.weight", GM_ROLE_MATRIX, shared, 2, H, kvd);
-        DECL(il, &lw->wv, "blk.%d.attn_v.weight", "layers.%d.self_attn.v_proj.weight", GM_ROLE_MATRIX, shared, 2, H, kvd);
-        DECL(il, &lw->wo, "blk.%d.attn_output.weight", "layers.%d.self_attn.o_proj.weight", GM_ROLE_MATRIX, false, 2, qd, H);
-        DECL(il, &lw->q_norm, "blk.%d.attn_q_norm.weight", "layers.%d.self_attn.q_norm.weight", GM_ROLE_NORM, false, 1, D);
-        DECL(il, &lw->k_norm, "blk.%d.attn_k_norm.weight", "layers.%d.self_attn.k_norm.weight", GM_ROLE_NORM, shared, 1, D);
-        DECL(il, &lw->post_attn_norm, "blk.%d.post_attention_norm.weight", "layers.%d.post_attention_layernorm.weight",
-             GM_ROLE_NORM, false, 1, H);
-        DECL(il, &lw->ffn_norm, "blk.%d.ffn_norm.weight", "layers.%d.pre_feedforward_layernorm.weight", GM_ROLE_NORM,
-             false, 1, H);
-        DECL(il, &lw->ffn_gate, "blk.%d.ffn_gate.weight", "layers.%d.mlp.gate_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
-        DECL(il, &lw->ffn_up, "blk.%d.ffn_up.weight", "layers.%d.mlp.up_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
-        DECL(il, &lw->ffn_down, "blk.%d.ffn_down.weight", "layers.%d.mlp.down_proj.weight", GM_ROLE_MATRIX, false, 2, F, H);
-        DECL(il, &lw->post_ffw_norm, "blk.%d.post_ffw_norm.weight", "layers.%d.post_feedforward_layernorm.weight",
-             GM_ROLE_NORM, false, 1, H);
+        if ((st = gm_declare_decoder_layer(fn, ud, hp, il, lw, false, err))) return st;
         /* AltUp */
         DECL(il, &lw->altup_correct_coef, "blk.%d.altup_correct_coef.weight", "layers.%d.altup.correction_coefs.weight",
              GM_ROLE_VECTOR, false, 2, K, K);

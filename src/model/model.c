@@ -187,6 +187,40 @@ gemmac_status gm_declare(gm_spec_fn fn, void *ud, int idx, const gm_tensor_spec 
     return fn(ud, &s, err);
 }
 
+gemmac_status gm_declare_decoder_layer(gm_spec_fn fn, void *ud, const gm_hparams *hp, int il, gm_layer_weights *lw,
+                                       bool skip_shared_kv, gm_error *err) {
+    const gm_layer_hparams *l = &hp->layer[il];
+    const int64_t H = hp->n_embd, D = l->head_dim, qd = (int64_t)l->n_head * D, kvd = (int64_t)l->n_head_kv * D;
+    const int64_t F = l->n_ff;
+    const bool shared = l->kv_source != il, kv = !(shared && skip_shared_kv);
+    gemmac_status st;
+#define DECL(dst, gguf, hf, role, opt, nd, ...) \
+    if ((st = gm_declare(fn, ud, il, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0}, err))) \
+        return st
+    DECL(&lw->attn_norm, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", GM_ROLE_NORM, false, 1, H);
+    DECL(&lw->wq, "blk.%d.attn_q.weight", "layers.%d.self_attn.q_proj.weight", GM_ROLE_MATRIX, false, 2, H, qd);
+    if (kv) {
+        DECL(&lw->wk, "blk.%d.attn_k.weight", "layers.%d.self_attn.k_proj.weight", GM_ROLE_MATRIX, shared, 2, H, kvd);
+        if (!l->v_from_k)
+            DECL(&lw->wv, "blk.%d.attn_v.weight", "layers.%d.self_attn.v_proj.weight", GM_ROLE_MATRIX, shared, 2, H,
+                 kvd);
+        DECL(&lw->k_norm, "blk.%d.attn_k_norm.weight", "layers.%d.self_attn.k_norm.weight", GM_ROLE_NORM, shared, 1, D);
+    }
+    DECL(&lw->wo, "blk.%d.attn_output.weight", "layers.%d.self_attn.o_proj.weight", GM_ROLE_MATRIX, false, 2, qd, H);
+    DECL(&lw->q_norm, "blk.%d.attn_q_norm.weight", "layers.%d.self_attn.q_norm.weight", GM_ROLE_NORM, false, 1, D);
+    DECL(&lw->post_attn_norm, "blk.%d.post_attention_norm.weight", "layers.%d.post_attention_layernorm.weight",
+         GM_ROLE_NORM, false, 1, H);
+    DECL(&lw->ffn_norm, "blk.%d.ffn_norm.weight", "layers.%d.pre_feedforward_layernorm.weight", GM_ROLE_NORM, false,
+         1, H);
+    DECL(&lw->ffn_gate, "blk.%d.ffn_gate.weight", "layers.%d.mlp.gate_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
+    DECL(&lw->ffn_up, "blk.%d.ffn_up.weight", "layers.%d.mlp.up_proj.weight", GM_ROLE_MATRIX, false, 2, H, F);
+    DECL(&lw->ffn_down, "blk.%d.ffn_down.weight", "layers.%d.mlp.down_proj.weight", GM_ROLE_MATRIX, false, 2, F, H);
+    DECL(&lw->post_ffw_norm, "blk.%d.post_ffw_norm.weight", "layers.%d.post_feedforward_layernorm.weight",
+         GM_ROLE_NORM, false, 1, H);
+#undef DECL
+    return GEMMAC_OK;
+}
+
 static bool report(const gemmac_model_params *p, float v) {
     return !p->progress || p->progress(v, p->progress_user_data);
 }

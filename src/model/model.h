@@ -189,6 +189,13 @@ void *gm_model_alloc(gemmac_model *m, size_t n);
 /* Calls fn with spec, its gguf and hf names formatted with idx (a layer or slice index; printf "%d"). */
 gemmac_status gm_declare(gm_spec_fn fn, void *ud, int idx, const gm_tensor_spec *spec, gm_error *err);
 
+/* Declares the weights every Gemma decoder layer has, under their GGUF and HF names: the attention (q, k, v, o
+ * and the q / k norms), its norms and the dense MLP. No V on v_from_k layers. On a layer that reads another's
+ * cache, K, V and k_norm are optional (bound when the file has them, so convert keeps them) or, with
+ * skip_shared_kv, not declared at all. */
+gemmac_status gm_declare_decoder_layer(gm_spec_fn fn, void *ud, const gm_hparams *hp, int il, gm_layer_weights *lw,
+                                       bool skip_shared_kv, gm_error *err);
+
 /* Binds every weight of m's manifest from m's file (GGUF or safetensors): names and shapes checked, norms and
  * vectors converted to f32, HF norm shift applied. */
 gemmac_status gm_model_bind(gemmac_model *m, gm_error *err);
