@@ -364,7 +364,7 @@ static gemmac_status gemma3n_manifest(const gm_hparams *hp, gm_weights *w, gm_sp
     gemmac_status st;
 #define DECL_SLICE(idx, dst, gguf, hf, role, opt, slice, n_slices, nd, ...)                                          \
     if ((st = gm_declare(fn, ud, idx,                                                                            \
-                         &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, slice, n_slices}, err)))   \
+                         &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, slice, n_slices, false}, err)))   \
         return st
 #define DECL(idx, dst, gguf, hf, role, opt, nd, ...) DECL_SLICE(idx, dst, gguf, hf, role, opt, 0, 0, nd, __VA_ARGS__)
     DECL(-1, &w->tok_embd, "token_embd.weight", "embed_tokens.weight", GM_ROLE_EMBED, false, 2, H, V);
@@ -561,6 +561,7 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
 static const char *const gemma3n_hf_types[] = {"gemma3n_text", "gemma3n", NULL};
 
 const gm_arch_impl gm_arch_gemma3n = {
+    .gguf_pads_tables = true,
     .name = "gemma3n",
     .hf_model_types = gemma3n_hf_types,
     .hf_norm_shift = 0.0f, /* Gemma 3n norms multiply by the raw weight, in HF and GGUF alike */

@@ -318,7 +318,7 @@ static gemmac_status gemma4_manifest(const gm_hparams *hp, gm_weights *w, gm_spe
     const int64_t E = hp->n_expert, FE = hp->n_ff_expert;
     gemmac_status st;
 #define DECL(idx, dst, gguf, hf, role, opt, nd, ...) \
-    if ((st = gm_declare(fn, ud, idx, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0}, err))) \
+    if ((st = gm_declare(fn, ud, idx, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0, false}, err))) \
         return st
     DECL(-1, &w->tok_embd, "token_embd.weight", "embed_tokens.weight", GM_ROLE_EMBED, false, 2, H, V);
     DECL(-1, &w->output_norm, "output_norm.weight", "norm.weight", GM_ROLE_NORM, false, 1, H);

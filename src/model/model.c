@@ -194,8 +194,9 @@ gemmac_status gm_declare_decoder_layer(gm_spec_fn fn, void *ud, const gm_hparams
     const int64_t F = l->n_ff;
     const bool shared = l->kv_source != il, kv = !(shared && skip_shared_kv);
     gemmac_status st;
+    /* optional K / V of a layer that reads another's cache: released files still have them */
 #define DECL(dst, gguf, hf, role, opt, nd, ...) \
-    if ((st = gm_declare(fn, ud, il, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0}, err))) \
+    if ((st = gm_declare(fn, ud, il, &(gm_tensor_spec){dst, gguf, hf, nd, {__VA_ARGS__}, role, opt, 0, 0, opt}, err))) \
         return st
     DECL(&lw->attn_norm, "blk.%d.attn_norm.weight", "layers.%d.input_layernorm.weight", GM_ROLE_NORM, false, 1, H);
     DECL(&lw->wq, "blk.%d.attn_q.weight", "layers.%d.self_attn.q_proj.weight", GM_ROLE_MATRIX, false, 2, H, qd);

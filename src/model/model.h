@@ -91,6 +91,8 @@ typedef struct gm_tensor_spec {
     bool optional;             /* absent: dst->data stays NULL */
     int32_t slice, n_slices;   /* n_slices > 1: slice `slice` of a GGUF tensor of n_dims + 1 dims whose last
                                   dim is n_slices (HF stores the slices as separate tensors) */
+    bool released;             /* optional, yet released files have it (and llama.cpp may require it): synth
+                                  writes it */
 } gm_tensor_spec;
 
 typedef gemmac_status (*gm_spec_fn)(void *ud, const gm_tensor_spec *spec, gm_error *err);
@@ -144,6 +146,8 @@ typedef struct gm_arch_impl {
     const char *name;                   /* general.architecture */
     const char *const *hf_model_types;  /* NULL-terminated config.json (text) model_type values it loads */
     float hf_norm_shift;                /* added to norm weights from HF checkpoints (Gemma 3 stores w - 1) */
+    bool gguf_pads_tables;              /* GGUF files pad row tables (GM_ROLE_TABLE) with zero rows to n_vocab rows
+                                           (llama.cpp's Gemma 3n converter): synth and convert write them so */
     gm_chat_format chat_format;
     /* Hyper-parameters from GGUF metadata (n_vocab from token_embd's rows) or from a config.json's text part. */
     gemmac_status (*hparams_gguf)(gm_hparams *hp, const gm_gguf *g, gm_error *err);

@@ -255,6 +255,7 @@ typedef struct out_tensor {
     int64_t ne[4];
     gm_tensor_role role;
     uint64_t rows, rows_per_slice;
+    uint64_t data_rows;        /* rows with values; rows past them (a padded table) are written as zeros */
     int32_t n_slices;
     const gm_tensor **src;     /* convert: the bound tensor of each slice */
     const float *fixed;        /* rope_freqs: the real values */
@@ -264,6 +265,7 @@ typedef struct collect {
     out_tensor *t;
     int n, cap;
     bool convert;              /* keep what the checkpoint has (bound data) rather than what real files have */
+    int64_t table_rows;        /* > 0: row tables (GM_ROLE_TABLE) are padded to this many rows */
     gemmac_status st;
 } collect;
 
@@ -283,7 +285,7 @@ static gemmac_status collect_one(void *ud, const gm_tensor_spec *s, gm_error *er
             for (int i = 0; i < c->n; i++)
                 for (int k = 0; k < c->t[i].n_slices; k++)
                     if (c->t[i].src[k] && c->t[i].src[k]->data == s->dst->data) return GEMMAC_OK;
-    } else if (s->optional && s->role != GM_ROLE_ROPE_FREQS) {
+    } else if (s->optional && s->role != GM_ROLE_ROPE_FREQS && !s->released) {
         return GEMMAC_OK;                       /* real files leave optional tensors out (tied output, shared KV) */
     }
     if (strlen(s->gguf) >= sizeof c->t[0].name)
@@ -315,6 +317,11 @@ static gemmac_status collect_one(void *ud, const gm_tensor_spec *s, gm_error *er
         t->ne[t->n_dims++] = s->n_slices;
     }
     t->rows = t->rows_per_slice * (uint64_t)t->n_slices;
+    t->data_rows = t->rows;
+    if (s->role == GM_ROLE_TABLE && c->table_rows > s->ne[1] && s->n_dims == 2 && !sliced) {
+        t->ne[1] = c->table_rows;
+        t->rows = t->rows_per_slice = (uint64_t)c->table_rows;
+    }
     t->role = s->role;
     t->src = calloc((size_t)t->n_slices, sizeof *t->src);
     if (!t->src) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "out of memory");
@@ -430,7 +437,9 @@ static void fill_worker(void *arg, int ith, int nth) {
     float *row = f->row_buf[ith];
     for (int64_t k = a; k < b; k++) {
         const uint64_t r = (uint64_t)(f->row0 + k);
-        if (f->convert) {
+        if (r >= t->data_rows) {
+            memset(row, 0, (size_t)t->ne[0] * sizeof(float));
+        } else if (f->convert) {
             const gm_tensor *src = t->src[r / t->rows_per_slice];
             const uint64_t lr = r % t->rows_per_slice;
             const uint8_t *sp = (const uint8_t *)src->data + lr * src->row_bytes;
@@ -718,6 +727,7 @@ gemmac_status gemmac_synth(const char *preset_name, const char *path, const gemm
         st = gm_fail(&err, GEMMAC_ERR_NO_MEMORY, "out of memory");
         goto done;
     }
+    if (arch->gguf_pads_tables) c.table_rows = hp->n_vocab;
     if ((st = arch->manifest(&m->hp, &m->w, collect_one, &c, &err))) goto done;
     if (arch->finish && (st = arch->finish(m, &err))) goto done;
     for (int i = 0; i < c.n; i++) {
@@ -777,6 +787,7 @@ gemmac_status gemmac_convert(const char *hf_dir, const char *path, const gemmac_
         st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "is a GGUF file; convert reads Hugging Face directories");
         goto done;
     }
+    if (m->arch->gguf_pads_tables) c.table_rows = m->hp.n_vocab;
     if ((st = m->arch->manifest(&m->hp, &m->w, collect_one, &c, &err))) goto done;
     write_job job = {m->arch, &m->hp, &c, m->name, NULL, ftype, p, true, m->tok};
     st = write_file(&job, path, &err);
