@@ -186,7 +186,7 @@ static void test_gelu_mul_avx2(void **state) {
 static void test_moe_route_by_hand(void **state) {
     (void)state;
     const float logits[4] = {0.0f, logf(2.0f), logf(4.0f), 0.0f}, scale[4] = {1.0f, 3.0f, 0.5f, 1.0f};
-    float scratch[4], wts[2];
+    float scratch[5], wts[2]; /* scratch: one per expert (the second case has 5) */
     int32_t ids[2];
     gm_ref_moe_route(logits, 4, 2, scale, scratch, ids, wts);
     assert_int_equal(ids[0], 2);
