@@ -2,9 +2,10 @@
 """gguf_subset.py: a smaller GGUF made of a real model's own tensors, for machines a full file cannot reach
 (the GPU machine takes at most 64 MiB per call). Keeps the first --layers blocks, the first --vocab rows of
 token_embd (the tied LM head) and the first --vocab entries of the tokenizer arrays; every kept tensor's bytes
-are copied unchanged (same quantization). Gemma 3 only (block_count key gemma3.block_count).
+are copied unchanged (same quantization), or with --bf16 dequantized (gguf-py) and stored as BF16, so that both
+backends compute with f32 activations. Gemma 3 only (block_count key gemma3.block_count).
 
-usage: gguf_subset.py IN.gguf OUT.gguf --layers 6 --vocab 32768
+usage: gguf_subset.py IN.gguf OUT.gguf --layers 6 --vocab 32768 [--bf16]
 """
 import argparse
 import re
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("dst")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--bf16", action="store_true", help="store every matrix (2-D tensor) as BF16")
     a = ap.parse_args()
     buf = open(a.src, "rb").read()
     r = Reader(buf)
@@ -99,7 +101,16 @@ def main():
         if name == b"token_embd.weight":
             ne = [ne[0], min(ne[1], a.vocab)]
             n_el = ne[0] * ne[1]
-        keep.append((name, ne, ty, buf[data0 + off:data0 + off + n_el // be * bs]))
+        data = buf[data0 + off:data0 + off + n_el // be * bs]
+        if a.bf16 and len(ne) >= 2 and ty != 30:
+            import numpy as np
+            from gguf import quants
+            raw = np.frombuffer(data, dtype=np.uint8)
+            f = quants.dequantize(raw, ty).astype(np.float32).reshape(-1)
+            u = f.view(np.uint32).astype(np.uint64)
+            b16 = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            data, ty = b16.tobytes(), 30
+        keep.append((name, ne, ty, data))
 
     out = bytearray(b"GGUF") + struct.pack("<IQQ", version, len(keep), len(new_kvs))
     for k, t, v in new_kvs:
