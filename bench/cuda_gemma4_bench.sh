@@ -1,0 +1,21 @@
+#!/bin/bash
+# cuda_gemma4_bench.sh: one call on the GPU machine: build the CLI (cJSON from build-cuda-deps/ when the machine
+# lacks it), write synthetic Gemma 4 files there (`gemmac synth`, 16 threads) and run `gemmac bench -ngl all` on
+# each: single-stream decode (tg) and prefill (pp), the issue-4 targets' shapes. Logs to $OUT (or /tmp/cuda_out).
+# Usage: bench/cuda_gemma4_bench.sh [PRESET:TYPE ...]   (default gemma4-e2b:q4_0 gemma4-e4b:q4_0 gemma4-26b-a4b:q4_0)
+set -o pipefail
+OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
+D=$PWD/build-cuda-deps/root/usr
+export CPATH=$D/include:$CPATH LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LIBRARY_PATH LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+gen=(); command -v make >/dev/null || gen=(-G Ninja)
+cmake -S . -B build-dev "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$D -DGEMMAC_CUDA=ON -DGEMMAC_TESTS=OFF > "$OUT/build.txt" 2>&1 &&
+cmake --build build-dev -j16 --target gemmac_cli >> "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e2b:q4_0 gemma4-e4b:q4_0 gemma4-26b-a4b:q4_0)
+{ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader; date -u
+  for pt in "${presets[@]}"; do
+    p=${pt%%:*}; t=${pt##*:}; f=/tmp/$p-$t.gguf
+    ./build-dev/gemmac synth --preset "$p" --type "$t" -o "$f" --quiet || continue
+    echo "== $p $t ($(stat -c %s "$f" | awk '{printf "%.2f GiB", $1/1073741824}'))"
+    timeout 300 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 128 -r 3
+    rm -f "$f"
+  done; } 2>&1 | tee "$OUT/gemma4_bench.txt"
