@@ -65,15 +65,14 @@ int cmd_chat(int argc, char **argv) {
     if (!cli_parse("chat", argc, argv, 2, &o)) return 2;
     gemmac_model *m = cli_load_model("chat", &o);
     if (!m) return 1;
-    size_t probe;
-    if (gemmac_tokenize(m, "", 0, 0, NULL, 0, &probe) == GEMMAC_ERR_UNSUPPORTED) {
+    int ret = 1;
+    gemmac_model_info info;
+    gemmac_model_get_info(m, &info);
+    if (!info.has_tokenizer) {
         fprintf(stderr, "gemmac chat: " CLI_NO_TOKENIZER "\n");
         gemmac_model_free(m);
         return 1;
     }
-    int ret = 1;
-    gemmac_model_info info;
-    gemmac_model_get_info(m, &info);
     gemmac_ctx *c = cli_new_ctx("chat", m, &o, 1);
     gemmac_sampler *s = c ? gemmac_sampler_new(&o.sp, info.n_vocab) : NULL;
     conv cv = {0};

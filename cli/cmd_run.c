@@ -70,8 +70,7 @@ int cmd_run(int argc, char **argv) {
     if (!m) goto done;
     gemmac_model_info info;
     gemmac_model_get_info(m, &info);
-    size_t probe;
-    if (gemmac_tokenize(m, "", 0, 0, NULL, 0, &probe) == GEMMAC_ERR_UNSUPPORTED) o.ids = true; /* no text to show */
+    if (!info.has_tokenizer) o.ids = true; /* no text to show */
     if (prompt) {
         for (size_t i = 0; i < n_prompt; i++)
             if (prompt[i] >= info.n_vocab) {

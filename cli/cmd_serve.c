@@ -107,6 +107,13 @@ int cmd_serve(int argc, char **argv) {
     o.no_progress = true;
     gemmac_model *m = cli_load_model("serve", &o);
     if (!m) goto done;
+    gemmac_model_info mi;
+    gemmac_model_get_info(m, &mi);
+    if (!mi.has_tokenizer) { /* requests carry text: without a tokenizer every one would fail */
+        fprintf(stderr, "gemmac serve: this model has no tokenizer (a Hugging Face directory without tokenizer.json): "
+                        "the server needs one\n");
+        goto done;
+    }
     if (!(ctx = cli_new_ctx("serve", m, &o, n_slots))) goto done;
     gm_sched_params sp = gm_sched_default_params();
     sp.n_slots = n_slots;

@@ -67,6 +67,7 @@ typedef struct gemmac_model_info {
     uint64_t n_params;               /* elements in all tensors */
     uint64_t weight_bytes;           /* bytes of all tensors as stored */
     gemmac_token bos, eos, eot;      /* -1 when absent */
+    bool has_tokenizer;              /* false: a Hugging Face directory without tokenizer.json (token ids only) */
 } gemmac_model_info;
 
 GEMMAC_API void gemmac_model_get_info(const gemmac_model *model, gemmac_model_info *info);

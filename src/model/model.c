@@ -378,6 +378,7 @@ void gemmac_model_get_info(const gemmac_model *m, gemmac_model_info *info) {
     info->sliding_window = hp->sliding_window;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
+    info->has_tokenizer = m->tok != NULL;
     info->bos = m->tok ? gm_tokenizer_bos(m->tok) : -1;
     info->eos = m->tok ? gm_tokenizer_eos(m->tok) : -1;
     info->eot = m->tok ? gm_tokenizer_eot(m->tok) : -1;

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "gemmac.h"
+#include "test_paths.h"
 #include "tiny_model.h"
 
 extern char **environ;
@@ -222,6 +223,25 @@ static void test_bad_model_files(void **state) {
         EXPECT_ERROR(ARGS(c, "-m", g.llama, "--tokens", "2"), "llama.gguf", "architecture 'llama'", "not supported");
         EXPECT_ERROR(ARGS(c, "-m", g.q2k, "--tokens", "2"), "blk.0.attn_v.weight", "q2_K", "not supported");
     }
+}
+
+/* A Hugging Face directory without tokenizer.json: ids work, text is refused by name, serve does not start. */
+static void test_model_without_tokenizer(void **state) {
+    (void)state;
+    NEED_CLI();
+    char dir[4096];
+    gm_test_source_path("tests/golden/hf/gemma3", dir, sizeof dir);
+    EXPECT_ERROR(ARGS("run", "-m", dir, "-p", "hello", "-n", "2"), "no tokenizer", "--tokens");
+    EXPECT_ERROR(ARGS("chat", "-m", dir), "no tokenizer");
+    /* serve says where it listens before it loads, then refuses */
+    result r = run_cli(ARGS("serve", "-m", dir, "--port", "0"));
+    assert_int_not_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "gemmac serve: this model has no tokenizer"));
+    free_result(&r);
+    r = run_cli(ARGS("run", "-m", dir, "--tokens", "2,17,250", "-n", "3", "--temp", "0", "--no-progress"));
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, " ")); /* the ids, space-separated */
+    free_result(&r);
 }
 
 static void test_bad_arguments(void **state) {
@@ -431,6 +451,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_model_without_tokenizer),
         cmocka_unit_test(test_run_greedy_matches_library),
         cmocka_unit_test(test_logits_match_library),
         cmocka_unit_test(test_chat_reuses_cache_exactly),
