@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "gemmac.h"
+#include "hf_reference.h"
 #include "test_paths.h"
 
 #define REL_TOL 1e-4
@@ -92,41 +93,6 @@ static const char *const g_variants[] = {
     "gemma3",       "gemma3_linear_rope", "gemma3n",        "gemma4_ple_kvshare", "gemma4_double_wide",
     "gemma4_k_eq_v", "gemma4_moe",        "gemma4_unified", "gemma4_bf16",
 };
-
-typedef struct reference {
-    uint32_t n, n_vocab, n_gen;
-    int32_t *tokens;
-    float *logits;
-    int32_t *gen;
-} reference;
-
-static bool read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
-
-static bool load_reference(const char *dir, reference *r) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/ref.bin", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[8];
-    bool ok = read_exact(f, magic, 8) && memcmp(magic, "GMHF01\0\0", 8) == 0 && read_exact(f, &r->n, 4) &&
-              r->n > 0 && r->n < 4096;
-    if (ok) {
-        r->tokens = malloc(sizeof(int32_t) * r->n);
-        ok = r->tokens && read_exact(f, r->tokens, sizeof(int32_t) * r->n) && read_exact(f, &r->n_vocab, 4) &&
-             r->n_vocab > 0 && r->n_vocab < (1u << 20);
-    }
-    if (ok) {
-        r->logits = malloc(sizeof(float) * (size_t)r->n * r->n_vocab);
-        ok = r->logits && read_exact(f, r->logits, sizeof(float) * (size_t)r->n * r->n_vocab) &&
-             read_exact(f, &r->n_gen, 4) && r->n_gen < 4096;
-    }
-    if (ok) {
-        r->gen = malloc(sizeof(int32_t) * (r->n_gen ? r->n_gen : 1));
-        ok = r->gen && read_exact(f, r->gen, sizeof(int32_t) * r->n_gen);
-    }
-    fclose(f);
-    return ok;
-}
 
 /* max |got - ref| over n rows of V; *ref_max gets max |ref|. */
 static float max_diff(const float *got, const float *ref, size_t count, float *ref_max) {
