@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     /* ---- matvecs ---- */
     static const long shapes[][2] = {{2560, 10240}, {10240, 2560}, {2560, 2048}, {2560, 262144}};
     const int n_shapes = quick ? 2 : 4;
-    printf("\n| type | K -> M | n | rows/warp | items ahead | us/call (graph) | weight GB/s | %% of copy BW | %% of read BW | us/call incl. act. quantize |\n");
+    printf("\n| type | K -> M | n | rows/warp | PDL | us/call (graph) | weight GB/s | %% of copy BW | %% of read BW | us/call incl. act. quantize |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     float *x, *y;
     const long max_k = 10240, max_m = 262144;
@@ -177,10 +177,10 @@ int main(int argc, char **argv) {
                 reps = reps < 20 ? 20 : reps > 400 ? 400 : reps;
                 float best = 1e30f;
                 for (int cfg = 0; cfg < 6; cfg++) {
-                    const int rows = cfg / 2 == 0 ? 1 : cfg / 2 == 1 ? 2 : 4, unroll = 1 + cfg % 2;
+                    const int rows = cfg / 2 == 0 ? 1 : cfg / 2 == 1 ? 2 : 4, pdl = cfg % 2;
                     if (n > 1 && rows == 1) continue;
                     gm_cuda_set_mmv_rows(rows);
-                    gm_cuda_set_mmv_unroll(unroll);
+                    gm_cuda_set_pdl(pdl);
                     cudaGraph_t g;
                     cudaGraphExec_t ge;
                     CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -206,12 +206,12 @@ int main(int argc, char **argv) {
                         CU(cudaGraphExecDestroy(ge)); CU(cudaGraphDestroy(g));
                     }
                     printf("| %s | %ld -> %ld | %d | %d | %d | %.2f | %.0f | %.0f%% | %.0f%% | %s%.2f |\n", ti.name, K, M, n,
-                           rows, unroll, us, gbs, 100.0 * gbs / bw_ref, 100.0 * gbs / bw_read, quant ? "" : "(f32 in) ",
+                           rows, pdl, us, gbs, 100.0 * gbs / bw_ref, 100.0 * gbs / bw_read, quant ? "" : "(f32 in) ",
                            quant ? us_q : us);
                     fflush(stdout);
                 }
                 gm_cuda_set_mmv_rows(0);
-                gm_cuda_set_mmv_unroll(0);
+                gm_cuda_set_pdl(-1);
             }
             CU(cudaFree(w));
         }

@@ -1,6 +1,7 @@
 /* backend_cpu.c: the CPU backend: the ops of backend.h on host memory, spread over a thread pool.
  * Matmuls quantize activations to the weight type's vec_dot type once, then run the run-time chosen SIMD
- * dot kernels (quant.h) over row blocks; the other ops call the scalar reference kernels per row/head. */
+ * dot kernels (quant.h) over row blocks; the other ops call the scalar reference kernels per row/head. The fused
+ * ops (project, attention's preparation) are compositions of the unfused ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct cpu_backend {
     gm_pool *pool;
     uint8_t *wdata;            /* quantized activations of the current matmul */
     size_t wdata_size;
+    float *proj;               /* project's normalised input and up projection, token-major */
+    size_t proj_floats;
     int32_t attn_cap;          /* keys the per-thread attention scratch can hold */
     float *attn_scores;        /* [n_threads][ATTN_MAX_GROUP][attn_cap] */
     const void **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
@@ -281,6 +284,39 @@ static void cpu_softcap(gm_backend *b, float *z, int64_t n, float c) {
     parallel_for(cpu(b), n, 4096, softcap_range, &r);
 }
 
+/* ---- project ---- */
+/* The ops above in the order the unfused forward called them, so results are its own bit for bit. Every step
+ * is per token, so a batch wider than the scratch reserve() sized goes through in chunks of tokens. */
+static void cpu_project(gm_backend *b, const gm_proj_args *p) {
+    cpu_backend *c = cpu(b);
+    const int64_t d = p->w[0]->ne[0], m = p->w[0]->ne[1];
+    const int64_t xn_row = p->norm ? d : 0, up_row = p->act == GM_PROJ_GEGLU ? p->w[1]->ne[1] : 0;
+    const int64_t per_chunk = (xn_row + up_row) ? (int64_t)c->proj_floats / (xn_row + up_row) : p->n;
+    for (int32_t t0 = 0; t0 < p->n && per_chunk > 0; t0 += (int32_t)per_chunk) {
+        const int32_t nc = p->n - t0 < per_chunk ? p->n - t0 : (int32_t)per_chunk;
+        const float *x = p->x + t0 * d;
+        float *const xn = c->proj, *const up = c->proj + nc * xn_row;
+        if (p->norm) {
+            cpu_rmsnorm(b, x, xn, nc, (int32_t)d, p->norm, p->eps);
+            x = xn;
+        }
+        switch (p->act) {
+        case GM_PROJ_PLAIN:
+            for (int i = 0; i < p->n_w; i++) cpu_matmul(b, p->w[i], x, nc, p->y[i] + t0 * p->w[i]->ne[1]);
+            break;
+        case GM_PROJ_GEGLU:
+            cpu_matmul(b, p->w[0], x, nc, p->y[0] + t0 * m);
+            cpu_matmul(b, p->w[1], x, nc, up);
+            cpu_gelu_mul(b, p->y[0] + t0 * m, up, nc * m);
+            break;
+        case GM_PROJ_GELU_MUL:
+            cpu_matmul(b, p->w[0], x, nc, p->y[0] + t0 * m);
+            cpu_gelu_mul(b, p->y[0] + t0 * m, p->mul + t0 * m, nc * m);
+            break;
+        }
+    }
+}
+
 /* ---- attention ---- */
 typedef struct attn_ctx {
     cpu_backend *c;
@@ -322,10 +358,30 @@ static void attn_range(void *p, long b, long e, int ith) {
     }
 }
 
+/* gm_attn_prep through the rmsnorm and rope ops, so a prepared attention is the unfused forward's bit for bit.
+ * The buffers are the caller's to be prepared in place (backend.h), hence the casts. */
+static void attn_prep(gm_backend *b, const gm_attn_args *a) {
+    const gm_attn_prep *p = a->prep;
+    const int32_t n = a->n_tokens, D = a->head_dim;
+    float *const q = (float *)a->q, *const k = (float *)a->k, *const v = (float *)a->v;
+    const int64_t kv_rows = (int64_t)n * a->n_head_kv;
+    if (a->write_kv) {
+        if (p->v_from_k) memcpy(v, k, sizeof(float) * (size_t)kv_rows * (size_t)D);
+        if (p->v_norm) cpu_rmsnorm(b, v, v, kv_rows, D, NULL, p->eps);
+    }
+    if (p->q_norm) cpu_rmsnorm(b, q, q, (int64_t)n * a->n_head, D, p->q_norm, p->eps);
+    cpu_rope(b, q, n, a->n_head, D, a->pos, p->n_rot, p->base, p->freq_scale, p->freq_factors, p->q_scale);
+    if (a->write_kv) {
+        if (p->k_norm) cpu_rmsnorm(b, k, k, kv_rows, D, p->k_norm, p->eps);
+        cpu_rope(b, k, n, a->n_head_kv, D, a->pos, p->n_rot, p->base, p->freq_scale, p->freq_factors, 1.0f);
+    }
+}
+
 static void cpu_attention(gm_backend *b, const gm_attn_args *a) {
     cpu_backend *c = cpu(b);
     const gm_kv_layer *l = &a->kv->layer[a->kv_layer];
     const int32_t row = a->n_head_kv * a->head_dim;
+    if (a->prep) attn_prep(b, a);
     if (a->write_kv)
         for (int32_t t = 0; t < a->n_tokens; t++) {
             const float *ks = a->k + (int64_t)t * row, *vs = a->v + (int64_t)t * row;
@@ -357,6 +413,14 @@ static gemmac_status cpu_reserve(gm_backend *b, int32_t n_tokens, int64_t max_ro
         c->wdata = w;
         c->wdata_size = need;
     }
+    /* project's scratch: a normalised input row and an up row per token, each at most max_row wide */
+    const size_t proj_floats = (size_t)n_tokens * 2 * (size_t)max_row;
+    if (proj_floats > c->proj_floats) {
+        float *p = realloc(c->proj, proj_floats * sizeof(float));
+        if (!p) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CPU backend: no memory for projection scratch");
+        c->proj = p;
+        c->proj_floats = proj_floats;
+    }
     if (max_keys > c->attn_cap) {
         const size_t nth = (size_t)gm_pool_size(c->pool);
         float *s = realloc(c->attn_scores, sizeof(float) * nth * ATTN_MAX_GROUP * (size_t)max_keys);
@@ -374,6 +438,7 @@ static void cpu_free(gm_backend *b) {
     if (!c) return;
     gm_pool_free(c->pool);
     free(c->wdata);
+    free(c->proj);
     free(c->attn_scores);
     free(c->attn_rows);
     free(c);
@@ -558,6 +623,7 @@ static const gm_backend_ops cpu_ops = {
     .get_rows = cpu_get_rows,
     .gather = cpu_gather,
     .matmul = cpu_matmul,
+    .project = cpu_project,
     .rmsnorm = cpu_rmsnorm,
     .rmsnorm_add = cpu_rmsnorm_add,
     .rope = cpu_rope,

@@ -22,6 +22,7 @@ template <typename KV>
 __global__ void kv_store_kernel(KV *__restrict__ kc, KV *__restrict__ vc, const float *__restrict__ k,
                                 const float *__restrict__ v, int row, int n_slots, int ring,
                                 const int32_t *__restrict__ pos, const int32_t *__restrict__ seq) {
+    gmc_pdl_wait();
     const int t = blockIdx.y;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= row) return;
@@ -46,12 +47,114 @@ extern "C" int gm_cuda_kv_store(const gm_cuda_kv *kv, const float *k, const floa
     const int row = kv->n_head_kv * kv->head_dim;
     const dim3 grid((unsigned)((row + 255) / 256), (unsigned)n_tokens);
     if (kv->type == GMC_F16)
-        kv_store_kernel<__half><<<grid, 256, 0, stream>>>((__half *)kv->k, (__half *)kv->v, k, v, row, kv->n_slots,
+        gmc_launch(kv_store_kernel<__half>, grid, 256, 0, stream, (__half *)kv->k, (__half *)kv->v, k, v, row, kv->n_slots,
                                                           kv->ring, pos, seq);
     else
-        kv_store_kernel<float><<<grid, 256, 0, stream>>>((float *)kv->k, (float *)kv->v, k, v, row, kv->n_slots,
+        gmc_launch(kv_store_kernel<float>, grid, 256, 0, stream, (float *)kv->k, (float *)kv->v, k, v, row, kv->n_slots,
                                                          kv->ring, pos, seq);
     return gmc_check_launch("kv_store");
+}
+
+/* ---- the attention op's preparation fused with the KV store: one block of 128 threads per (head, token);
+ * blocks x < n_head prepare query heads in place, the rest one KV head each (V first, from the raw K when
+ * v_from_k, then K), written to the cache. The arithmetic is rmsnorm_kernel's and rope_kernel's (ops_cuda.cu),
+ * operation for operation. Bytes ~ 3 · 4 · (n_head + 2 n_head_kv) · D per token: launch bound. */
+enum { PREP_THREADS = 128 };
+
+/* out[0..D) = rope(rmsnorm(src) · w) · scale, through shared memory sh[D]; norm only when do_norm (w may be
+ * NULL: no weight), RoPE only when n_rot > 0. Every thread of the block calls it. */
+__device__ void prep_head(const float *src, int D, bool do_norm, const float *__restrict__ w, float eps, int n_rot,
+                          float pos, float theta_scale, float freq_scale, const float *__restrict__ ff, float scale,
+                          float *sh) {
+    const float rs = do_norm ? gmc_row_rms_scale(src, D, eps) : 1.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = do_norm ? __fmul_rn(src[i], rs) : src[i];
+        if (w) v = __fmul_rn(v, w[i]);
+        sh[i] = v;
+    }
+    __syncthreads();
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
+        if (i < half) {
+            float theta = pos;
+            for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
+            const float f = ff ? ff[i] : 1.0f;
+            const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+            float sn, cs;
+            sincosf(angle, &sn, &cs);
+            const float x0 = sh[i], x1 = sh[i + half];
+            float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+            float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+            if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
+            sh[i] = y0, sh[i + half] = y1;
+        } else if (scale != 1.0f) {
+            const int j = n_rot + 2 * (i - half);
+            sh[j] = __fmul_rn(sh[j], scale);
+            if (j + 1 < D) sh[j + 1] = __fmul_rn(sh[j + 1], scale);
+        }
+    }
+    __syncthreads();
+}
+
+template <typename KV>
+__device__ __forceinline__ void store_row(KV *dst, const float *sh, int D) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        if constexpr (sizeof(KV) == 2) dst[i] = __float2half_rn(sh[i]);
+        else dst[i] = sh[i];
+    }
+}
+
+struct PrepArgs {
+    gm_cuda_prep p;
+    int n_head_kv, n_slots, ring;
+    void *kc, *vc;
+    float theta_scale;
+};
+
+template <typename KV>
+__global__ void __launch_bounds__(PREP_THREADS) attn_prep_kernel(const __grid_constant__ PrepArgs a) {
+    extern __shared__ float sh[];
+    gmc_pdl_wait();
+    const gm_cuda_prep &p = a.p;
+    const int t = blockIdx.y, h = blockIdx.x, D = p.head_dim;
+    const float pos = (float)p.pos[t];
+    if (h < p.n_head) {
+        float *q = p.q + ((size_t)t * p.n_head + h) * D;
+        prep_head(q, D, p.q_norm != NULL, p.q_norm, p.eps, p.n_rot, pos, a.theta_scale, p.freq_scale,
+                  p.freq_factors, p.q_scale, sh);
+        for (int i = threadIdx.x; i < D; i += blockDim.x) q[i] = sh[i];
+        return;
+    }
+    const int kh = h - p.n_head;
+    const size_t src = ((size_t)t * a.n_head_kv + kh) * D;
+    const int slot = a.ring ? p.pos[t] % a.n_slots : p.pos[t];
+    const size_t dst = (((size_t)p.seq[t] * a.n_slots + slot) * a.n_head_kv + kh) * D;
+    prep_head((p.v_from_k ? p.k : p.v) + src, D, p.v_norm != 0, NULL, p.eps, 0, 0.0f, 1.0f, 1.0f, NULL, 1.0f, sh);
+    store_row((KV *)a.vc + dst, sh, D);
+    __syncthreads();
+    prep_head(p.k + src, D, p.k_norm != NULL, p.k_norm, p.eps, p.n_rot, pos, a.theta_scale, p.freq_scale,
+              p.freq_factors, 1.0f, sh);
+    store_row((KV *)a.kc + dst, sh, D);
+}
+
+extern "C" int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream) {
+    if (!p || !p->q || !p->pos || p->n_tokens < 0 || p->n_head <= 0 || p->head_dim <= 0 || p->head_dim % 2 ||
+        p->head_dim > 1024 || p->n_rot < 0 || p->n_rot % 2 || p->n_rot > p->head_dim ||
+        (p->kv && (!p->k || (!p->v && !p->v_from_k) || !p->seq || !p->kv->k || !p->kv->v ||
+                   p->kv->head_dim != p->head_dim || (p->kv->type != GMC_F16 && p->kv->type != GMC_F32))))
+        return gmc_fail(-1, "attn_prep: bad arguments");
+    if (p->n_tokens == 0) return 0;
+    PrepArgs a = {};
+    a.p = *p;
+    a.n_head_kv = p->kv ? p->kv->n_head_kv : 0;
+    a.n_slots = p->kv ? p->kv->n_slots : 0, a.ring = p->kv ? p->kv->ring : 0;
+    a.kc = p->kv ? p->kv->k : NULL, a.vc = p->kv ? p->kv->v : NULL;
+    a.theta_scale = p->n_rot ? powf(p->base, -2.0f / (float)p->n_rot) : 1.0f; /* the host's powf, as rope */
+    const dim3 grid((unsigned)(p->n_head + a.n_head_kv), (unsigned)p->n_tokens);
+    const size_t smem = (size_t)p->head_dim * sizeof(float);
+    if (!p->kv || p->kv->type == GMC_F16) gmc_launch(attn_prep_kernel<__half>, grid, PREP_THREADS, smem, stream, a);
+    else gmc_launch(attn_prep_kernel<float>, grid, PREP_THREADS, smem, stream, a);
+    return gmc_check_launch("attn_prep");
 }
 
 /* ---- loads of a KV row segment as floats ---- */
@@ -106,6 +209,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head, int window, int ks,
     int n_splits, const float *__restrict__ q, float *__restrict__ out, float *__restrict__ part_acc,
     float2 *__restrict__ part_ml) {
+    gmc_pdl_wait();
     constexpr int VE = (sizeof(KV) == 2 ? 8 : 4) < D / 32 ? (sizeof(KV) == 2 ? 8 : 4) : D / 32; /* <= 16 B loads */
     constexpr int NCH = D / (32 * VE);           /* lane chunks per key row */
     constexpr int DPT = D / ATT_THREADS;         /* output dims per thread */
@@ -226,6 +330,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
 /* Merge: out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s. Block per (head, token). */
 __global__ void attn_combine_kernel(const float *__restrict__ part_acc, const float2 *__restrict__ part_ml,
                                     int n_splits, int n_head, int D, float *__restrict__ out) {
+    gmc_pdl_wait();
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t base = ((size_t)t * n_head + h) * n_splits;
     float M = -INFINITY;
@@ -277,7 +382,7 @@ template <typename KV, int D, int G>
 static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, float *pacc, float2 *pml, cudaStream_t st) {
     const gm_cuda_kv *kv = a->kv;
     const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)a->n_tokens);
-    attn_split_kernel<KV, D, G><<<grid, ATT_THREADS, 0, st>>>((const KV *)kv->k, (const KV *)kv->v, kv->n_slots,
+    gmc_launch(attn_split_kernel<KV, D, G>, grid, ATT_THREADS, 0, st, (const KV *)kv->k, (const KV *)kv->v, kv->n_slots,
                                                               kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_head,
                                                               a->window, ks, n_splits, a->q, a->out, pacc, pml);
 }
@@ -316,6 +421,7 @@ __global__ void __launch_bounds__(32) attn_warp_kernel(const KV *__restrict__ kc
                                                        const int32_t *__restrict__ seq, int n_head, int D,
                                                        int window, const float *__restrict__ q,
                                                        float *__restrict__ out) {
+    gmc_pdl_wait();
     const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x;
     const int kvh = h / (n_head / n_head_kv);
     const int p = pos[t], sq = seq[t];
@@ -375,7 +481,7 @@ static int launch_attn_warp(const gm_cuda_attn *a, cudaStream_t st) {
     const int D = kv->head_dim;
     const dim3 grid((unsigned)a->n_head, (unsigned)a->n_tokens);
 #define GMC_WARP_CASE(NPL)                                                                                          \
-    attn_warp_kernel<KV, NPL><<<grid, 32, 0, st>>>((const KV *)kv->k, (const KV *)kv->v, kv->n_slots, kv->ring,    \
+    gmc_launch(attn_warp_kernel<KV, NPL>, grid, 32, 0, st, (const KV *)kv->k, (const KV *)kv->v, kv->n_slots, kv->ring,    \
                                                    kv->n_head_kv, a->pos, a->seq, a->n_head, D, a->window, a->q,    \
                                                    a->out)
     if (D <= 32) GMC_WARP_CASE(1);
@@ -418,7 +524,7 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", a->kv->head_dim, G);
     int e = gmc_check_launch("attention");
     if (e || n_splits == 1) return e;
-    attn_combine_kernel<<<dim3((unsigned)a->n_head, (unsigned)a->n_tokens), 128, 0, stream>>>(
+    gmc_launch(attn_combine_kernel, dim3((unsigned)a->n_head, (unsigned)a->n_tokens), 128, 0, stream, 
         pacc, pml, n_splits, a->n_head, a->kv->head_dim, a->out);
     return gmc_check_launch("attention combine");
 }

@@ -36,6 +36,12 @@ typedef struct cuda_backend {
     uint64_t weight_bytes;     /* device bytes of weights */
     void *mm, *attn, *moe;     /* scratch: quantized activations, attention splits, experts */
     size_t mm_bytes, attn_bytes, moe_bytes;
+    void *proj;                /* scratch of project: its normalised / quantized input (+ a GeGLU's up half) */
+    size_t proj_bytes;
+    void *cublas, *cublas_ws;  /* the tensor-core path of long batches (gemm_cuda.cu): made on first use */
+    void *gemm;                /* its scratch: f16 weights, f16 activations, the GEMM's output */
+    size_t gemm_bytes;
+    struct prof *prof;         /* GEMMAC_CUDA_PROFILE=1: time per op (see "profile" below); NULL otherwise */
     int32_t *h_ints, *d_ints;  /* the batch's integer arrays: pinned host staging and the device copy */
     size_t ints_cap;           /* int32 values each holds */
     cudaEvent_t ints_copied;   /* the last staging copy has left h_ints */
@@ -260,10 +266,105 @@ static bool graph_skip(cuda_backend *c, const uint64_t *v, size_t n) {
     c->gsig = hmix(c->gsig, 0x5bd1e995u + n);
     return c->gmode == G_REPLAY;
 }
+/* ---- profile (GEMMAC_CUDA_PROFILE=1, for finding where a forward's time goes) ----
+ * An event is recorded on the stream as each op starts (CUDA graphs are off, so every op is launched); the time
+ * from one op's event to the next is that op's, including launch gaps (with PDL, the overlap goes to the op
+ * before). Ops are labelled by name, matrix ops by their weight (layer number dropped), forwards of one token
+ * ("tg") apart from longer ones ("pp"). When the backend is freed the table goes to stderr: per label the
+ * calls per forward, microseconds per call, milliseconds per forward and, for weights, GB/s of weight bytes. */
+enum { PROF_EVENTS = 16384, PROF_LABELS = 128 };
+struct prof {
+    cudaEvent_t ev[PROF_EVENTS];
+    int16_t lab[PROF_EVENTS];
+    int n_ev;
+    bool single;                             /* the forward in flight has one token */
+    struct { char name[64]; double ms; long calls; uint64_t bytes; } l[PROF_LABELS];
+    int n_lab;
+    long forwards[2];                        /* tg, pp */
+};
+
+static const char *const k_op_names[] = {"?", "get_rows", "gather", "matmul", "rmsnorm", "rmsnorm_add", "rope",
+                                         "gelu_mul", "softcap", "attention", "scale", "add_scale", "moe",
+                                         "mul_rows", "transpose", "rms_match", "sparsity_gate", "altup_predict",
+                                         "altup_correct", "project", "end"};
+
+static int prof_label(struct prof *p, const char *op, const char *weight, uint64_t bytes) {
+    char name[64];
+    const char *w = weight;
+    if (w && strncmp(w, "blk.", 4) == 0 && (w = strchr(w + 4, '.'))) w++; /* drop the layer number */
+    snprintf(name, sizeof name, "%s %s%s%s", p->single ? "tg" : "pp", op, w ? " " : "", w ? w : "");
+    for (int i = 0; i < p->n_lab; i++)
+        if (!strcmp(p->l[i].name, name)) return i;
+    if (p->n_lab == PROF_LABELS) return PROF_LABELS - 1;
+    snprintf(p->l[p->n_lab].name, sizeof p->l[0].name, "%s", name);
+    p->l[p->n_lab].bytes = bytes;
+    return p->n_lab++;
+}
+
+/* Marks the start of an op (its GRAPH_OP id); weight: the name of the matrix a matrix op reads (bytes: how many
+ * bytes of weights it reads), or NULL. */
+static void prof_mark(cuda_backend *c, uint64_t id, const char *weight, uint64_t bytes) {
+    struct prof *p = c->prof;
+    if (!p || c->failed || p->n_ev >= PROF_EVENTS) return;
+    const uint64_t nid = sizeof k_op_names / sizeof k_op_names[0];
+    p->lab[p->n_ev] = (int16_t)prof_label(p, k_op_names[id < nid ? id : 0], weight, bytes);
+    cudaEventRecord(p->ev[p->n_ev++], c->stream);
+}
+
+static uint64_t tensor_bytes(const gm_tensor *t) { return (uint64_t)t->row_bytes * (uint64_t)gm_tensor_rows(t); }
+
+/* At the end of a forward: waits for it and adds its op times to the table. */
+static void prof_collect(cuda_backend *c) {
+    struct prof *p = c->prof;
+    if (!p || p->n_ev == 0) return;
+    prof_mark(c, sizeof k_op_names / sizeof k_op_names[0] - 1, NULL, 0);
+    cudaEventSynchronize(p->ev[p->n_ev - 1]);
+    for (int i = 0; i + 1 < p->n_ev; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]) == cudaSuccess) {
+            p->l[p->lab[i]].ms += ms;
+            p->l[p->lab[i]].calls++;
+        }
+    }
+    p->forwards[p->single ? 0 : 1]++;
+    p->n_ev = 0;
+}
+
+static int prof_cmp(const void *a, const void *b) {
+    const double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void prof_print(struct prof *p) {
+    for (int kind = 0; kind < 2; kind++) {
+        const long nf = p->forwards[kind];
+        if (!nf) continue;
+        double order[PROF_LABELS][2], total = 0;
+        int n = 0;
+        for (int i = 0; i < p->n_lab; i++)
+            if (strncmp(p->l[i].name, kind ? "pp" : "tg", 2) == 0 && p->l[i].calls) {
+                order[n][0] = p->l[i].ms, order[n][1] = i, n++;
+                total += p->l[i].ms;
+            }
+        qsort(order, (size_t)n, sizeof order[0], prof_cmp);
+        fprintf(stderr, "\nCUDA profile, %s forwards: %ld, %.3f ms each\n", kind ? "batch" : "one-token", nf, total / nf);
+        fprintf(stderr, "| op | calls/forward | us/call | ms/forward | %% | weight GB/s |\n|---|---:|---:|---:|---:|---:|\n");
+        for (int k = 0; k < n; k++) {
+            const int i = (int)order[k][1];
+            const double us = 1e3 * p->l[i].ms / p->l[i].calls;
+            fprintf(stderr, "| %s | %.1f | %.2f | %.3f | %.1f |", p->l[i].name + 3, (double)p->l[i].calls / nf, us,
+                    p->l[i].ms / nf, 100.0 * p->l[i].ms / total);
+            if (p->l[i].bytes) fprintf(stderr, " %.0f |\n", p->l[i].bytes / (us * 1e3));
+            else fprintf(stderr, " |\n");
+        }
+    }
+}
+
 #define GRAPH_OP(c, ...)                                                                                     \
     do {                                                                                                     \
         const uint64_t gv_[] = {__VA_ARGS__};                                                                \
         if (graph_skip((c), gv_, sizeof gv_ / sizeof gv_[0])) return;                                        \
+        if ((c)->prof && gv_[0] != 3 && gv_[0] != 19) prof_mark((c), gv_[0], NULL, 0);                      \
     } while (0)
 
 static void graph_drop_all(cuda_backend *c) {
@@ -412,6 +513,7 @@ static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm
     cuda_backend *c = cb(b);
     if (!c->failed) cu_ok(c, cudaSetDevice(c->device), "cudaSetDevice");
     const size_t nt = (size_t)bi->n_tokens, no = (size_t)bi->n_out, need = 3 * nt + no;
+    if (c->prof) c->prof->single = bi->n_tokens == 1;
     if (!c->failed && ints_reserve(c, need)) {
         /* the previous copy must have left the staging area before it is overwritten */
         if (c->ints_pending && cu_ok(c, cudaEventSynchronize(c->ints_copied), "waiting for the last batch copy"))
@@ -437,6 +539,7 @@ static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm
 static gemmac_status cuda_end_batch(gm_backend *b, gm_error *err) {
     cuda_backend *c = cb(b);
     graph_finish(c);
+    prof_collect(c);
     if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
     return GEMMAC_OK;
 }
@@ -495,11 +598,32 @@ static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_
     if (dr) k_ok(c, gm_cuda_gather(src, d, dr, n, dst, c->stream), "gather");
 }
 
+/* The tensor-core path for m over n >= GM_CUDA_GEMM_MIN_N columns (see ops_cuda.h): true when it ran (or
+ * failed, recorded); false when m is not eligible and the caller should take the matvec path. */
+static bool gemm_path(cuda_backend *c, const gm_cuda_multi *m, const float *x, const float *norm, float eps,
+                      int32_t n) {
+    if (!gm_cuda_gemm_eligible(m, n)) return false;
+    if (!c->cublas) {
+        graph_abort(c);
+        enum { WS_BYTES = 32 << 20 };
+        if (!cu_ok(c, cudaMalloc(&c->cublas_ws, WS_BYTES), "cuBLAS workspace")) return true;
+        if (!k_ok(c, gm_cuda_gemm_create(&c->cublas, c->cublas_ws, WS_BYTES), "cuBLAS")) return true;
+    }
+    if (!grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, n), "GEMM scratch")) return true;
+    const float *dw = wvec(c, norm, m->w[0].ne0);
+    if (!c->failed)
+        k_ok(c, gm_cuda_gemm_multi(c->cublas, m, x, dw, eps, n, c->gemm, c->gemm_bytes, c->stream), "GEMM");
+    return true;
+}
+
 static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
     cuda_backend *c = cb(b);
     GRAPH_OP(c, 3, PB(w->data), IB(w->type), IB(w->ne[0]), IB(gm_tensor_rows(w)), PB(x), IB(n), PB(y));
+    prof_mark(c, 3, w->name, tensor_bytes(w));
     gm_cuda_mat m;
     if (c->failed || !wmat(c, w, &m)) return;
+    const gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
+    if (gemm_path(c, &one, x, NULL, 0.0f, n)) return;
     const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
     if (need && !grow(c, &c->mm, &c->mm_bytes, need, "matmul scratch")) return;
     const int rc = gm_cuda_matmul(&m, x, n, y, c->mm, c->mm_bytes, c->stream);
@@ -508,6 +632,81 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
         snprintf(op, sizeof op, "matmul with %s", w->name ? w->name : "a weight");
         k_ok(c, rc, op);
     }
+}
+
+/* See gm_proj_args. The input is normalised and quantized once (one launch: q8 blocks for quantized weights,
+ * f32 for float ones), then all matrices go in one launch when they share a type (the epilogue does the
+ * GeGLU / gelu·mul). Matrices of different types on one activation type (Q4_K_M mixes q4_K and q6_K) get one
+ * launch each on that shared input; different activation types (a float and a quantized matrix) each quantize
+ * the f32 input themselves. A GeGLU split that way puts its up half in the scratch and adds a gelu_mul. */
+static void cuda_project(gm_backend *b, const gm_proj_args *p) {
+    cuda_backend *c = cb(b);
+    const int32_t nw = p->n_w;
+    GRAPH_OP(c, 19, PB(p->x), IB(p->n), PB(p->norm), fbits(p->eps), IB(p->act), PB(p->mul), IB(nw),
+             PB(nw > 0 ? p->w[0]->data : NULL), PB(nw > 1 ? p->w[1]->data : NULL), PB(nw > 2 ? p->w[2]->data : NULL),
+             PB(p->y[0]), PB(nw > 1 ? p->y[1] : NULL), PB(nw > 2 ? p->y[2] : NULL));
+    if (c->prof && nw > 0) {
+        uint64_t bytes = 0;
+        for (int32_t i = 0; i < nw && i < 3; i++) bytes += tensor_bytes(p->w[i]);
+        prof_mark(c, 19, p->w[0]->name, bytes);
+    }
+    if (c->failed) return;
+    if (nw < 1 || nw > 3 || (p->act == GM_PROJ_GEGLU && nw != 2) || (p->act == GM_PROJ_GELU_MUL && (nw != 1 || !p->mul))) {
+        fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: project: bad arguments");
+        return;
+    }
+    gm_cuda_multi m = {.n_w = nw, .mul = p->mul,
+                       .epi = p->act == GM_PROJ_GEGLU ? GM_CUDA_EPI_GEGLU
+                              : p->act == GM_PROJ_GELU_MUL ? GM_CUDA_EPI_GELU_MUL : GM_CUDA_EPI_STORE};
+    for (int32_t i = 0; i < nw; i++) {
+        if (!wmat(c, p->w[i], &m.w[i])) return;
+        m.y[i] = p->y[i];
+    }
+    if (gemm_path(c, &m, p->x, p->norm, p->eps, p->n)) return;
+    const int64_t K = m.w[0].ne0;
+    const int32_t act_type = gm_cuda_act_type(m.w[0].type);
+    bool same = true, one_act = true;
+    for (int32_t i = 1; i < nw; i++) {
+        same = same && m.w[i].type == m.w[0].type && m.w[i].ne0 == K;
+        one_act = one_act && gm_cuda_act_type(m.w[i].type) == act_type;
+    }
+    /* scratch: the prepared input, then (split GeGLU) the up half, then (mixed activation types) quantized input */
+    const size_t in_bytes = one_act && act_type >= 0 ? gm_cuda_matmul_scratch_bytes(K, p->n)
+                                                     : (size_t)p->n * K * sizeof(float);
+    const size_t up_off = (in_bytes + 255) / 256 * 256;
+    const size_t up_bytes = !same && p->act == GM_PROJ_GEGLU ? (size_t)p->n * m.w[1].ne1 * sizeof(float) : 0;
+    const size_t q_off = (up_off + up_bytes + 255) / 256 * 256;
+    const size_t q_bytes = one_act ? 0 : gm_cuda_matmul_scratch_bytes(K, p->n);
+    if (!grow(c, &c->proj, &c->proj_bytes, q_off + q_bytes, "project scratch")) return;
+    const float *dw = wvec(c, p->norm, K);
+    if (c->failed) return;
+    const void *act = p->x;
+    if (p->norm || (one_act && act_type >= 0)) {
+        const int32_t t = one_act ? act_type : -1;
+        const int rc = p->norm ? gm_cuda_rmsnorm_quantize(p->x, K, p->n, dw, p->eps, t, c->proj, c->stream)
+                               : gm_cuda_quantize_act(p->x, K, p->n, t, c->proj, c->stream);
+        if (!k_ok(c, rc, "project input")) return;
+        act = c->proj;
+    }
+    if (same) {
+        k_ok(c, gm_cuda_matmul_multi(&m, act, p->n, c->stream), "project");
+        return;
+    }
+    float *up = up_bytes ? (float *)((uint8_t *)c->proj + up_off) : NULL;
+    void *xq = (uint8_t *)c->proj + q_off;
+    for (int32_t i = 0; i < nw; i++) {
+        gm_cuda_multi one = {.n_w = 1, .w = {m.w[i]}, .y = {i == 1 && up ? up : m.y[i]},
+                             .epi = p->act == GM_PROJ_GELU_MUL ? GM_CUDA_EPI_GELU_MUL : GM_CUDA_EPI_STORE,
+                             .mul = p->mul};
+        const void *a = act;
+        const int32_t ti = gm_cuda_act_type(m.w[i].type);
+        if (!one_act && ti >= 0) { /* act is f32 here: quantize it for this matrix */
+            if (!k_ok(c, gm_cuda_quantize_act((const float *)act, K, p->n, ti, xq, c->stream), "project input")) return;
+            a = xq;
+        }
+        if (!k_ok(c, gm_cuda_matmul_multi(&one, a, p->n, c->stream), "project")) return;
+    }
+    if (up) k_ok(c, gm_cuda_gelu_mul(p->y[0], up, (int64_t)p->n * m.w[0].ne1, c->stream), "project gelu_mul");
 }
 
 static void cuda_rmsnorm(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps) {
@@ -569,13 +768,28 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
         if (p - lo + 1 > max_keys) max_keys = p - lo + 1;
     }
     if (c->gbucket) max_keys = (int32_t)(((int64_t)max_keys + 255) / 256 * 256);
+    const gm_attn_prep *pp = a->prep; /* one GRAPH_OP per op: a replay returns at the first */
     GRAPH_OP(c, 9, PB(l->k), PB(l->v), IB(l->n_slots), IB(l->ring), IB(l->elem), IB(a->write_kv), IB(a->n_tokens),
              PB(dpos), PB(dseq), IB(a->n_head), IB(a->n_head_kv), IB(a->head_dim), IB(a->window), PB(a->q), PB(a->k),
-             PB(a->v), PB(a->out), IB(max_keys));
+             PB(a->v), PB(a->out), IB(max_keys), IB(pp != NULL), PB(pp ? pp->q_norm : NULL), PB(pp ? pp->k_norm : NULL),
+             IB(pp && pp->v_norm), IB(pp && pp->v_from_k), fbits(pp ? pp->eps : 0), IB(pp ? pp->n_rot : 0),
+             fbits(pp ? pp->base : 0), fbits(pp ? pp->freq_scale : 0), PB(pp ? pp->freq_factors : NULL),
+             fbits(pp ? pp->q_scale : 0));
     const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
                            .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
-    if (a->write_kv && !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store"))
+    if (pp) { /* norms, RoPE and the cache store in one launch */
+        const gm_cuda_prep cp = {
+            .n_tokens = a->n_tokens, .n_head = a->n_head, .head_dim = a->head_dim, .pos = dpos, .seq = dseq,
+            .q = (float *)a->q, .k = a->k, .v = a->v, .kv = a->write_kv ? &kv : NULL,
+            .q_norm = wvec(c, pp->q_norm, a->head_dim), .k_norm = wvec(c, pp->k_norm, a->head_dim),
+            .v_norm = pp->v_norm, .v_from_k = pp->v_from_k, .eps = pp->eps, .n_rot = pp->n_rot, .base = pp->base,
+            .freq_scale = pp->freq_scale, .freq_factors = wvec(c, pp->freq_factors, pp->n_rot / 2),
+            .q_scale = pp->q_scale};
+        if (c->failed || !k_ok(c, gm_cuda_attn_prep(&cp, c->stream), "attention prep")) return;
+    } else if (a->write_kv &&
+               !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store")) {
         return;
+    }
     const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->head_dim, max_keys);
     if (need && !grow(c, &c->attn, &c->attn_bytes, need, "attention scratch")) return;
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
@@ -675,6 +889,15 @@ static void cuda_free(gm_backend *b) {
         if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
     free(c->wmap);
     if (c->mm) cudaFree(c->mm);
+    if (c->prof) {
+        prof_print(c->prof);
+        for (int i = 0; i < PROF_EVENTS; i++) cudaEventDestroy(c->prof->ev[i]);
+        free(c->prof);
+    }
+    if (c->proj) cudaFree(c->proj);
+    if (c->gemm) cudaFree(c->gemm);
+    gm_cuda_gemm_destroy(c->cublas);
+    if (c->cublas_ws) cudaFree(c->cublas_ws);
     if (c->attn) cudaFree(c->attn);
     if (c->moe) cudaFree(c->moe);
     if (c->h_ints) cudaFreeHost(c->h_ints);
@@ -700,6 +923,7 @@ static const gm_backend_ops cuda_ops = {
     .matmul = cuda_matmul,
     .rmsnorm = cuda_rmsnorm,
     .rmsnorm_add = cuda_rmsnorm_add,
+    .project = cuda_project,
     .rope = cuda_rope,
     .gelu_mul = cuda_gelu_mul,
     .softcap = cuda_softcap,
@@ -729,7 +953,7 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (!c) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of memory");
     c->base.ops = &cuda_ops;
     c->device = device;
-    const char *ge = getenv("GEMMAC_CUDA_GRAPHS");
+    const char *ge = getenv("GEMMAC_CUDA_GRAPHS"), *pe = getenv("GEMMAC_CUDA_PROFILE");
     c->graphs = !(ge && ge[0] == '0');
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||
         !cu_ok(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream") ||
@@ -737,6 +961,10 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
         const gemmac_status st = gm_fail(err, c->fail_status, "%s", c->msg);
         cuda_free(&c->base);
         return st;
+    }
+    if (pe && pe[0] == '1' && (c->prof = calloc(1, sizeof *c->prof))) {
+        c->graphs = false; /* every op is launched, so each can be timed */
+        for (int i = 0; i < PROF_EVENTS; i++) cudaEventCreate(&c->prof->ev[i]);
     }
     *out = &c->base;
     return GEMMAC_OK;

@@ -62,4 +62,70 @@ __device__ __forceinline__ float gmc_warp_max(float v) {
     return v;
 }
 
+/* 1 / sqrt(mean(x²) + eps) of a row of d floats, for a whole block (blockDim a multiple of 32, <= 1024; every
+ * thread must call it): per-thread fmaf sums over a stride of blockDim, warp sums, then the sum of the warps. */
+__device__ __forceinline__ float gmc_row_rms_scale(const float *xr, int d, float eps) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    __shared__ float part[32];
+    ss = gmc_warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = gmc_warp_sum(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float total = part[0];
+    __syncthreads(); /* part may be reused by the next call */
+    return 1.0f / sqrtf(total / (float)d + eps);
+}
+
+/* gelu_tanh(x) with the reference's operation order (kernels/ref). */
+__device__ __forceinline__ float gmc_gelu_tanh(float x) {
+    const float k = 0.79788456080286535588f;
+    const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
+}
+
+/* ---- programmatic dependent launch (PDL, sm_90) ----
+ * A kernel launched with gmc_launch may start while the kernel before it on the stream is still finishing. Rule
+ * that keeps this safe: every such kernel calls gmc_pdl_wait() before it reads anything another kernel writes
+ * (activations, the KV cache, integer arrays staged per batch) and before it writes anything; only immutable
+ * data (weights) may be touched before it. gmc_pdl_wait() also lets the next kernel launch (its blocks then
+ * run up to their own wait: weight prefetches overlap this kernel's tail). Without PDL both are no-ops. */
+__device__ __forceinline__ void gmc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Hints bytes at p (immutable data: weights) into L2, spread over the lanes of a warp: one prefetch per
+ * 128-byte line. */
+__device__ __forceinline__ void gmc_prefetch_l2(const void *p, uint64_t bytes, int lane) {
+    const uintptr_t a0 = (uintptr_t)p & ~(uintptr_t)127, a1 = (uintptr_t)p + bytes;
+    for (uintptr_t a = a0 + (uintptr_t)lane * 128; a < a1; a += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+}
+
+/* Whether launches carry the PDL attribute (process-wide; GEMMAC_CUDA_PDL=0 turns it off; set by
+ * gm_cuda_set_pdl). */
+int gmc_pdl_enabled(void);
+
+/* Launches kernel k<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled. The kernel
+ * must follow the rule above. */
+template <typename... KArgs, typename... Args>
+static inline void gmc_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                              Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cfg.attrs = attr, cfg.numAttrs = gmc_pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
+
 #endif

@@ -15,16 +15,19 @@ static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + thre
 
 /* ---- elementwise ---- */
 __global__ void scale_kernel(float *x, int64_t n, float s) {
+    gmc_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fmul_rn(x[i], s);
 }
 
 __global__ void add_scale_kernel(float *y, const float *x, int64_t n, float s) {
+    gmc_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = __fmul_rn(__fadd_rn(y[i], x[i]), s);
 }
 
 __global__ void mul_rows_kernel(const float *x, float *y, int64_t total, int d, const float *__restrict__ w) {
+    gmc_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) y[i] = __fmul_rn(x[i], w[i % d]);
 }
@@ -32,6 +35,7 @@ __global__ void mul_rows_kernel(const float *x, float *y, int64_t total, int d, 
 /* dst[j][i][e] = src[i][j][e]: thread per element of dst. */
 __global__ void transpose_kernel(const float *__restrict__ src, float *__restrict__ dst, int n0, int n1, int d,
                                  int64_t total) {
+    gmc_pdl_wait();
     const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= total) return;
     const int e = (int)(o % d);
@@ -43,14 +47,14 @@ __global__ void transpose_kernel(const float *__restrict__ src, float *__restric
 extern "C" int gm_cuda_scale(float *x, int64_t n, float s, gm_cuda_stream stream) {
     if (!x || n < 0) return gmc_fail(-1, "scale: bad arguments");
     if (n == 0) return 0;
-    scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, s);
+    gmc_launch(scale_kernel, blocks_for(n, 256), 256, 0, stream, x, n, s);
     return gmc_check_launch("scale");
 }
 
 extern "C" int gm_cuda_add_scale(float *y, const float *x, int64_t n, float s, gm_cuda_stream stream) {
     if (!x || !y || n < 0) return gmc_fail(-1, "add_scale: bad arguments");
     if (n == 0) return 0;
-    add_scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(y, x, n, s);
+    gmc_launch(add_scale_kernel, blocks_for(n, 256), 256, 0, stream, y, x, n, s);
     return gmc_check_launch("add_scale");
 }
 
@@ -59,7 +63,7 @@ extern "C" int gm_cuda_mul_rows(const float *x, float *y, int64_t n_rows, int32_
     if (!x || !y || !w || n_rows < 0 || d <= 0) return gmc_fail(-1, "mul_rows: bad arguments");
     const int64_t total = n_rows * d;
     if (total == 0) return 0;
-    mul_rows_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(x, y, total, d, w);
+    gmc_launch(mul_rows_kernel, blocks_for(total, 256), 256, 0, stream, x, y, total, d, w);
     return gmc_check_launch("mul_rows");
 }
 
@@ -68,7 +72,7 @@ extern "C" int gm_cuda_transpose(const float *src, float *dst, int32_t n0, int32
     if (!src || !dst || n0 < 0 || n1 < 0 || d <= 0) return gmc_fail(-1, "transpose: bad arguments");
     const int64_t total = (int64_t)n0 * n1 * d;
     if (total == 0) return 0;
-    transpose_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(src, dst, n0, n1, d, total);
+    gmc_launch(transpose_kernel, blocks_for(total, 256), 256, 0, stream, src, dst, n0, n1, d, total);
     return gmc_check_launch("transpose");
 }
 
@@ -85,6 +89,7 @@ __device__ double block_sum_d(double v, double *part) {
 }
 
 __global__ void rms_match_kernel(float *y, const float *__restrict__ ref, int d, float eps) {
+    gmc_pdl_wait();
     __shared__ double part[32];
     float *yr = y + (int64_t)blockIdx.x * d;
     const float *rr = ref + (int64_t)blockIdx.x * d;
@@ -102,6 +107,7 @@ __global__ void rms_match_kernel(float *y, const float *__restrict__ ref, int d,
 }
 
 __global__ void sparsity_gate_kernel(float *g, int d, float k) {
+    gmc_pdl_wait();
     __shared__ double part[32];
     float *gr = g + (int64_t)blockIdx.x * d;
     double s = 0.0;
@@ -121,20 +127,21 @@ extern "C" int gm_cuda_rms_match(float *y, const float *ref, int64_t n_rows, int
                                  gm_cuda_stream stream) {
     if (!y || !ref || n_rows < 0 || d <= 0) return gmc_fail(-1, "rms_match: bad arguments");
     if (n_rows == 0) return 0;
-    rms_match_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(y, ref, d, eps);
+    gmc_launch(rms_match_kernel, (unsigned)n_rows, 256, 0, stream, y, ref, d, eps);
     return gmc_check_launch("rms_match");
 }
 
 extern "C" int gm_cuda_sparsity_gate(float *g, int64_t n_rows, int32_t d, float k, gm_cuda_stream stream) {
     if (!g || n_rows < 0 || d <= 0) return gmc_fail(-1, "sparsity_gate: bad arguments");
     if (n_rows == 0) return 0;
-    sparsity_gate_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(g, d, k);
+    gmc_launch(sparsity_gate_kernel, (unsigned)n_rows, 256, 0, stream, g, d, k);
     return gmc_check_launch("sparsity_gate");
 }
 
 /* ---- AltUp: thread per output element (i, t, e) of y [K][n][d] ---- */
 __global__ void altup_predict_kernel(const float *__restrict__ x, const float *__restrict__ c, float *__restrict__ y,
                                      int K, int n, int d, int64_t total) {
+    gmc_pdl_wait();
     const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= total) return;
     const int64_t stride = (int64_t)n * d;
@@ -150,6 +157,7 @@ __global__ void altup_predict_kernel(const float *__restrict__ x, const float *_
 __global__ void altup_correct_kernel(const float *__restrict__ pred, const float *__restrict__ act,
                                      const float *__restrict__ c, float *__restrict__ y, int K, int active, int n,
                                      int d, int64_t total) {
+    gmc_pdl_wait();
     const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= total) return;
     const int64_t stride = (int64_t)n * d;
@@ -165,7 +173,7 @@ extern "C" int gm_cuda_altup_predict(const float *x, const float *c, float *y, i
     if (!x || !c || !y || K <= 0 || n < 0 || d <= 0) return gmc_fail(-1, "altup_predict: bad arguments");
     const int64_t total = (int64_t)K * n * d;
     if (total == 0) return 0;
-    altup_predict_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(x, c, y, K, n, d, total);
+    gmc_launch(altup_predict_kernel, blocks_for(total, 256), 256, 0, stream, x, c, y, K, n, d, total);
     return gmc_check_launch("altup_predict");
 }
 
@@ -175,7 +183,7 @@ extern "C" int gm_cuda_altup_correct(const float *pred, const float *act, const 
         return gmc_fail(-1, "altup_correct: bad arguments");
     const int64_t total = (int64_t)K * n * d;
     if (total == 0) return 0;
-    altup_correct_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(pred, act, c, y, K, active, n, d, total);
+    gmc_launch(altup_correct_kernel, blocks_for(total, 256), 256, 0, stream, pred, act, c, y, K, active, n, d, total);
     return gmc_check_launch("altup_correct");
 }
 
@@ -186,6 +194,7 @@ enum { MOE_MAX_EXPERTS = 512, MOE_MAX_USED = 32 };
 __global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E, int k,
                                  const float *__restrict__ escale, int32_t *__restrict__ ids,
                                  float *__restrict__ wts) {
+    gmc_pdl_wait();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     float p[MOE_MAX_EXPERTS];
@@ -225,6 +234,7 @@ __global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E,
 /* out[t][h] = Σ over the token's chosen experts in increasing index of w · y[pair][h] (as the CPU backend). */
 __global__ void moe_combine_kernel(const float *__restrict__ ys, const int32_t *__restrict__ ids,
                                    const float *__restrict__ wts, int k, int64_t H, float *__restrict__ out) {
+    gmc_pdl_wait();
     const int t = blockIdx.y;
     const int64_t h = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (h >= H) return;
@@ -279,7 +289,7 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
     void *mm = sp;
     const size_t mm_bytes = scratch_bytes - (size_t)(sp - (uint8_t *)scratch);
 
-    moe_route_kernel<<<blocks_for(n, 64), 64, 0, stream>>>(a->logits, n, a->n_expert, k, a->expert_scale, ids, wts);
+    gmc_launch(moe_route_kernel, blocks_for(n, 64), 64, 0, stream, a->logits, n, a->n_expert, k, a->expert_scale, ids, wts);
     int rc = gmc_check_launch("moe routing");
     if (rc) return rc;
     gm_cuda_mat gate = a->gate_up, up = a->gate_up;
@@ -291,6 +301,6 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
         (rc = gm_cuda_gelu_mul(g, u, (int64_t)pairs * F, stream)) ||
         (rc = gm_cuda_matmul_id(&a->down, dn_bytes, g, pairs, 1, ids, pairs, ys, mm, mm_bytes, stream)))
         return rc;
-    moe_combine_kernel<<<dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream>>>(ys, ids, wts, k, H, a->out);
+    gmc_launch(moe_combine_kernel, dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream, ys, ids, wts, k, H, a->out);
     return gmc_check_launch("moe combine");
 }

@@ -33,17 +33,7 @@
  * (stored widened back to f32: the CPU keeps the f16), q = round-half-even(x · (127/amax)) (llama.cpp's x86
  * quantize_row_q8_0; 0 when amax = 0).
  * Bytes: 4·K·n in, 1.125·K·n out; negligible (10 KB at K = 2560, n = 1): launch bound (~2 us). */
-__global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
-                                         float *__restrict__ xd) {
-    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= n_blocks) return;
-    const float4 *src = (const float4 *)(x + b * 32);
-    float v[32];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float4 f = src[i];
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-    }
+__device__ __forceinline__ void quant_q8_0_block(const float v[32], int8_t *__restrict__ xq, float *__restrict__ xd) {
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
@@ -59,24 +49,34 @@ __global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_
         }
         packed[i] = p;
     }
-    int4 *dst = (int4 *)(xq + b * 32);
+    int4 *dst = (int4 *)xq;
     dst[0] = make_int4((int)packed[0], (int)packed[1], (int)packed[2], (int)packed[3]);
     dst[1] = make_int4((int)packed[4], (int)packed[5], (int)packed[6], (int)packed[7]);
-    xd[b] = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+    *xd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+}
+
+__global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
+                                         float *__restrict__ xd) {
+    gmc_pdl_wait();
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= n_blocks) return;
+    const float4 *src = (const float4 *)(x + b * 32);
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 f = src[i];
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+    quant_q8_0_block(v, xq + b * 32, xd + b);
 }
 
 /* q8_K (for q4_K / q5_K / q6_K weights), one warp per 256-value block, 8 consecutive values per lane: max = the
  * value of largest |x| (the FIRST one on ties, as the reference's strict '>' scan), iscale = -127/max,
  * q = min(round-half-even(iscale · x), 127), d = 1/iscale; an all-zero block gets d = 0 and q = 0. The bsums
  * of the CPU block (sums of 16) are not stored: the dot kernels form the same integer sums with dp4a. */
-__global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
-                                         float *__restrict__ xd) {
-    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (b >= n_blocks) return; /* whole warps leave together: blockDim is a multiple of 32 */
-    const float4 *src = (const float4 *)(x + b * 256 + 8 * lane);
-    const float4 f0 = src[0], f1 = src[1];
-    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+/* One q8_K block by one warp: lane holds values 8·lane .. 8·lane + 7 of the block. */
+__device__ __forceinline__ void quant_q8_K_block_warp(const float v[8], int lane, int8_t *__restrict__ xq,
+                                                      float *__restrict__ xd) {
     float amax = 0.0f, mx = 0.0f;
     int idx = 0x7fffffff; /* element index of mx within the block; none yet */
 #pragma unroll
@@ -101,202 +101,169 @@ __global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_
         }
         d = __fdiv_rn(1.0f, iscale);
     }
-    *(uint2 *)(xq + b * 256 + 8 * lane) = make_uint2(p0, p1);
-    if (lane == 0) xd[b] = d;
+    *(uint2 *)(xq + 8 * lane) = make_uint2(p0, p1);
+    if (lane == 0) *xd = d;
 }
+
+__global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
+                                         float *__restrict__ xd) {
+    gmc_pdl_wait();
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (b >= n_blocks) return; /* whole warps leave together: blockDim is a multiple of 32 */
+    const float4 *src = (const float4 *)(x + b * 256 + 8 * lane);
+    const float4 f0 = src[0], f1 = src[1];
+    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    quant_q8_K_block_warp(v, lane, xq + b * 256, xd + b);
+}
+
+/* rmsnorm fused into the quantizer: one block of 256 threads per row of K; the row's scale exactly as
+ * rmsnorm_kernel (ops_cuda.cu) computes it, v = (x · scale) · w (w NULL: no weight), then the quantizer of
+ * act_type over v, or (act_type < 0) v itself stored as f32 to xf. One launch instead of rmsnorm + quantize. */
+__global__ void __launch_bounds__(256) rmsnorm_quant_kernel(const float *__restrict__ x, int K,
+                                                            const float *__restrict__ w, float eps, int act_type,
+                                                            int8_t *__restrict__ xq, float *__restrict__ xd,
+                                                            float *__restrict__ xf) {
+    gmc_pdl_wait();
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * K;
+    const float scale = gmc_row_rms_scale(xr, K, eps);
+    if (act_type == GMC_Q8_0) {
+        for (int b = threadIdx.x; b < K / 32; b += blockDim.x) {
+            float v[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                v[i] = __fmul_rn(xr[32 * b + i], scale);
+                if (w) v[i] = __fmul_rn(v[i], w[32 * b + i]);
+            }
+            quant_q8_0_block(v, xq + r * K + 32 * b, xd + r * (K / 32) + b);
+        }
+    } else if (act_type == GMC_Q8_K) {
+        const int lane = threadIdx.x & 31;
+        for (int b = threadIdx.x >> 5; b < K / 256; b += blockDim.x >> 5) {
+            float v[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int j = 256 * b + 8 * lane + i;
+                v[i] = __fmul_rn(xr[j], scale);
+                if (w) v[i] = __fmul_rn(v[i], w[j]);
+            }
+            quant_q8_K_block_warp(v, lane, xq + r * K + 256 * b, xd + r * (K / 256) + b);
+        }
+    } else {
+        for (int i = threadIdx.x; i < K; i += blockDim.x) {
+            float v = __fmul_rn(xr[i], scale);
+            if (w) v = __fmul_rn(v, w[i]);
+            xf[r * K + i] = v;
+        }
+    }
+}
+
+#include "quant_items_cuda.cuh"
 
 /* ---------------------------------------------------------------------------------------------------------
- * Weight items. Each type says: ELEMS (weights per item), SPANS (16-weight spans per item), MINS (whether a
- * span has a min term), ACT_SHIFT (log2 of its activation blocks: 5 = q8_0 per 32, 8 = q8_K per 256), load() -> per span 4 words of 16 int8 weights (signed, or unsigned when MINS), the
- * span's scale ws and min wm (value = ws·q - wm), and act_off() -> each span's first element in the row.
- * Contribution of a span against activations (da, qa): da · (ws · Σ q·qa - wm · Σ qa). */
-
-struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 1 = high (16..31) */
-    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)it * Q4_0_BYTES;
-        uint32_t qs[4];
-        gmc_ld_words_a2<4>(b + 2, qs);
-        const float d = gmc_h2f(gmc_ld16(b));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[0][i] = (int)__vsub4(qs[i] & 0x0f0f0f0fu, 0x08080808u);
-            w[1][i] = (int)__vsub4((qs[i] >> 4) & 0x0f0f0f0fu, 0x08080808u);
-        }
-        ws[0] = ws[1] = d;
-        wm[0] = wm[1] = 0.0f;
-    }
-    static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
+ * What one matvec launch multiplies: up to three matrices of one type and K ("segments", each with its own
+ * output y[N][ldy]) read against the same activations; blocks [blk_end[s-1], blk_end[s]) work on segment s.
+ * The epilogue: EPI_STORE writes each row; EPI_GEGLU (two segments of equal M) gives a warp the same rows of
+ * both and writes gelu_tanh(row of W_0) · (row of W_1) to segment 0's y; EPI_GELU_MUL writes
+ * gelu_tanh(row) · mul[c][row]. eid (MoE): blockIdx.y is a (token, expert) pair, segment 0 only. */
+enum { EPI_STORE = 0, EPI_GEGLU = 1, EPI_GELU_MUL = 2 };
+struct MvArgs {
+    const uint8_t *W[3];
+    uint64_t row_bytes[3];
+    int64_t M[3];
+    float *y[3];
+    int64_t ldy[3];
+    unsigned blk_end[3];
+    int n_seg;
+    const float *mul;
+    const int32_t *eid;
+    uint64_t e_bytes;
+    int x_div;
 };
 
-/* q5_0 item = one block, spans as q4_0; the fifth bit of element j is bit j of the 32-bit qh (2-aligned). */
-struct TQ5_0 {
-    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)it * Q5_0_BYTES;
-        uint32_t qs[4];
-        gmc_ld_words_a2<4>(b + 6, qs);
-        const uint32_t qh = (uint32_t)gmc_ld16(b + 2) | ((uint32_t)gmc_ld16(b + 4) << 16);
-        const float d = gmc_h2f(gmc_ld16(b));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t h0 = 0, h1 = 0; /* bit 4 of byte k <- qh bit 4i + k (low span), 16 + 4i + k (high span) */
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                h0 |= ((qh >> (4 * i + k)) & 1u) << (8 * k + 4);
-                h1 |= ((qh >> (16 + 4 * i + k)) & 1u) << (8 * k + 4);
-            }
-            w[0][i] = (int)__vsub4((qs[i] & 0x0f0f0f0fu) | h0, 0x10101010u);
-            w[1][i] = (int)__vsub4(((qs[i] >> 4) & 0x0f0f0f0fu) | h1, 0x10101010u);
-        }
-        ws[0] = ws[1] = d;
-        wm[0] = wm[1] = 0.0f;
+/* A warp's rows: R row pointers, its segment s and first row row0 (per matrix); false when it has none.
+ * Weights are immutable, so their rows are hinted into L2 before gmc_pdl_wait (overlapping the kernel before);
+ * MoE expert ids are activations and are read after it. Returns with gmc_pdl_wait done. */
+template <int R, int EPI>
+__device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int &s, int64_t &row0,
+                                        const uint8_t *rows[R]) {
+    constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R; /* rows of each matrix per warp */
+    unsigned blk = blockIdx.x;
+    s = 0;
+    if (EPI != EPI_GEGLU)
+        while (s + 1 < a.n_seg && blk >= a.blk_end[s]) s++;
+    if (s) blk -= a.blk_end[s - 1];
+    const int64_t M = a.M[s];
+    row0 = ((int64_t)blk * 4 + warp) * RS;
+    if (row0 >= M) {
+        gmc_pdl_wait();
+        return false;
     }
-    static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
-};
-
-struct TQ8_0 { /* item = half a block (16 weights) */
-    enum { ELEMS = 16, SPANS = 1, MINS = 0, ACT_SHIFT = 5 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[1][4], float ws[1], float wm[1]) {
-        const uint8_t *b = row + (size_t)(it >> 1) * Q8_0_BYTES;
-        uint32_t qs[4];
-        gmc_ld_words_a2<4>(b + 2 + 16 * (it & 1), qs);
 #pragma unroll
-        for (int i = 0; i < 4; i++) w[0][i] = (int)qs[i];
-        ws[0] = gmc_h2f(gmc_ld16(b));
-        wm[0] = 0.0f;
+    for (int r = 0; r < R; r++) {
+        const int sg = EPI == EPI_GEGLU && r >= RS ? 1 : s;
+        const int64_t row = row0 + r % RS;
+        rows[r] = a.W[sg] + (uint64_t)(row < M ? row : M - 1) * a.row_bytes[sg];
     }
-    static __device__ __forceinline__ void act_off(int it, int off[1]) { off[0] = 16 * it; }
-};
-
-/* q4_K / q5_K: the scale and min (6 bits each) of sub-blocks j = 2g and 2g + 1, from the 12 scale bytes as 3
- * words, unpacked word-parallel as gm_unpack_scales_k4 (no byte array, so nothing goes to local memory). */
-__device__ __forceinline__ void k4_scale_min2(const uint32_t s[3], int g, float d, float dmin, float ws[2],
-                                              float wm[2]) {
-    const uint32_t sc_lo = s[0] & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (s[2] & 0x0f0f0f0fu) | (((s[0] >> 6) & 0x03030303u) << 4);
-    const uint32_t m_lo = s[1] & 0x3f3f3f3fu;
-    const uint32_t m_hi = ((s[2] >> 4) & 0x0f0f0f0fu) | (((s[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t scw = g < 2 ? sc_lo : sc_hi, mw = g < 2 ? m_lo : m_hi;
-    const int sh = 16 * (g & 1); /* sub-blocks 2g, 2g+1 are bytes 2(g&1), 2(g&1)+1 of their word */
-    ws[0] = __fmul_rn(d, (float)((scw >> sh) & 0xff));
-    ws[1] = __fmul_rn(d, (float)((scw >> (sh + 8)) & 0xff));
-    wm[0] = __fmul_rn(dmin, (float)((mw >> sh) & 0xff));
-    wm[1] = __fmul_rn(dmin, (float)((mw >> (sh + 8)) & 0xff));
+    if (a.eid) {
+        gmc_pdl_wait();
+        const uint64_t off = (uint64_t)a.eid[blockIdx.y] * a.e_bytes;
+#pragma unroll
+        for (int r = 0; r < R; r++) rows[r] += off;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row0 + r % RS < M) gmc_prefetch_l2(rows[r], a.row_bytes[EPI == EPI_GEGLU && r >= RS ? 1 : s], lane);
+        gmc_pdl_wait();
+    }
+    return true;
 }
 
-/* q4_K item (g, h) of a super-block (8 items): qs bytes 32g + 16h .. +15; span 0 = low nibbles = sub-block 2g
- * positions 16h..16h+15, span 1 = high nibbles = sub-block 2g+1, same positions. */
-struct TQ4_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 1, ACT_SHIFT = 8 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)(it >> 3) * Q4_K_BYTES;
-        const int g = (it & 7) >> 1, h = it & 1;
-        const uint4 q = __ldg((const uint4 *)(b + 16 + 32 * g + 16 * h));
-        const uint32_t dd = __ldg((const uint32_t *)b);
-        uint32_t s[3];
-        s[0] = __ldg((const uint32_t *)(b + 4)), s[1] = __ldg((const uint32_t *)(b + 8));
-        s[2] = __ldg((const uint32_t *)(b + 12));
-        const float d = gmc_h2f((uint16_t)dd), dmin = gmc_h2f((uint16_t)(dd >> 16));
-        const uint32_t qv[4] = {q.x, q.y, q.z, q.w};
+/* Reduces each row's per-lane sums over the warp and writes the row as the epilogue says. */
+template <int R, int N, int EPI>
+__device__ __forceinline__ void mv_store(const MvArgs &a, int s, int64_t row0, int lane, float acc[R][N]) {
+    constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R;
+    const int64_t M = a.M[s], ldy = a.ldy[s];
+    float *y = a.y[s] + (a.eid ? (size_t)blockIdx.y * ldy : 0);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[0][i] = (int)(qv[i] & 0x0f0f0f0fu);
-            w[1][i] = (int)((qv[i] >> 4) & 0x0f0f0f0fu);
-        }
-        k4_scale_min2(s, g, d, dmin, ws, wm);
-    }
-    static __device__ __forceinline__ void act_off(int it, int off[2]) {
-        const int base = (it >> 3) * 256 + ((it & 7) >> 1) * 64 + (it & 1) * 16;
-        off[0] = base, off[1] = base + 32;
-    }
-};
-
-/* q5_K: as q4_K, the fifth bit of position l of sub-block j is bit j of qh[l]. */
-struct TQ5_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 1, ACT_SHIFT = 8 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)(it >> 3) * Q5_K_BYTES;
-        const int g = (it & 7) >> 1, h = it & 1;
-        const uint4 q = __ldg((const uint4 *)(b + 48 + 32 * g + 16 * h));
-        const uint4 qh = __ldg((const uint4 *)(b + 16 + 16 * h));
-        const uint32_t dd = __ldg((const uint32_t *)b);
-        uint32_t s[3];
-        s[0] = __ldg((const uint32_t *)(b + 4)), s[1] = __ldg((const uint32_t *)(b + 8));
-        s[2] = __ldg((const uint32_t *)(b + 12));
-        const float d = gmc_h2f((uint16_t)dd), dmin = gmc_h2f((uint16_t)(dd >> 16));
-        const uint32_t qv[4] = {q.x, q.y, q.z, q.w}, hv[4] = {qh.x, qh.y, qh.z, qh.w};
+    for (int r = 0; r < RS; r++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[0][i] = (int)((qv[i] & 0x0f0f0f0fu) | (((hv[i] >> (2 * g)) & 0x01010101u) << 4));
-            w[1][i] = (int)(((qv[i] >> 4) & 0x0f0f0f0fu) | (((hv[i] >> (2 * g + 1)) & 0x01010101u) << 4));
+        for (int c = 0; c < N; c++) {
+            float v = gmc_warp_sum(acc[r][c]);
+            if (EPI == EPI_GEGLU) v = __fmul_rn(gmc_gelu_tanh(v), gmc_warp_sum(acc[r + RS][c]));
+            if (lane == ((r * N + c) & 31) && row0 + r < M) {
+                if (EPI == EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), a.mul[(size_t)c * ldy + row0 + r]);
+                y[(size_t)c * ldy + row0 + r] = v;
+            }
         }
-        k4_scale_min2(s, g, d, dmin, ws, wm);
-    }
-    static __device__ __forceinline__ void act_off(int it, int off[2]) { TQ4_K::act_off(it, off); }
-};
-
-/* q6_K item (hh, p) of a super-block (8 items): ql bytes 64hh + 16p .. +15, qh bytes 32hh + 16(p%2) .. +15;
- * span 0 = low nibbles = elements 128hh + 16p + i (high bits: qh bits 2·(p/2)), span 1 = high nibbles =
- * elements 128hh + 64 + 16p + i (qh bits 2·(2 + p/2)); q - 32 as signed bytes; scales 8hh + p, 8hh + 4 + p. */
-struct TQ6_K {
-    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 8 };
-    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)(it >> 3) * Q6_K_BYTES;
-        const int hh = (it & 7) >> 2, p = it & 3;
-        uint32_t ql[4], qh[4];
-        gmc_ld_words_a2<4>(b + 64 * hh + 16 * p, ql);
-        gmc_ld_words_a2<4>(b + 128 + 32 * hh + 16 * (p & 1), qh);
-        const int s0 = 2 * (p >> 1), s1 = s0 + 4;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t lo = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s0) & 0x03030303u) << 4);
-            const uint32_t hi = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s1) & 0x03030303u) << 4);
-            w[0][i] = (int)__vsub4(lo, 0x20202020u);
-            w[1][i] = (int)__vsub4(hi, 0x20202020u);
-        }
-        const float d = gmc_h2f(gmc_ld16(b + 208));
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + p);
-        ws[0] = __fmul_rn(d, (float)sc[0]);
-        ws[1] = __fmul_rn(d, (float)sc[4]);
-        wm[0] = wm[1] = 0.0f;
-    }
-    static __device__ __forceinline__ void act_off(int it, int off[2]) {
-        const int base = (it >> 3) * 256 + ((it & 7) >> 2) * 128 + (it & 3) * 16;
-        off[0] = base, off[1] = base + 64;
-    }
-};
+}
 
 /* ---------------------------------------------------------------------------------------------------------
  * Quantized matvec. Grid: ceil(M / (4R)) blocks of 128 threads. y is [N][ldy]. */
-template <class T, int R, int N, int U>
-__global__ void __launch_bounds__(128) mmvq_kernel(const uint8_t *__restrict__ W, uint64_t row_bytes, int64_t M,
-                                                   int K, const int8_t *__restrict__ xq,
-                                                   const float *__restrict__ xds, float *__restrict__ y,
-                                                   int64_t ldy, const int32_t *__restrict__ eid, uint64_t e_bytes,
-                                                   int x_div) {
+template <class T, int R, int N, int EPI>
+__global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArgs a, int K,
+                                                   const int8_t *__restrict__ xq, const float *__restrict__ xds) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * 4 + warp) * R;
-    if (row0 >= M) return;
+    const uint8_t *rows[R];
+    int s;
+    int64_t row0;
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) return;
     const int n_items = K / T::ELEMS;
     const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
-    if (eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
-        const int p = blockIdx.y;
-        W += (uint64_t)eid[p] * e_bytes;
-        xq += (size_t)(p / x_div) * K;
-        xds += (size_t)(p / x_div) * kb;
-        y += (size_t)p * ldy;
+    if (a.eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
+        xq += (size_t)(blockIdx.y / a.x_div) * K;
+        xds += (size_t)(blockIdx.y / a.x_div) * kb;
     }
-    const uint8_t *rows[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = W + (uint64_t)(row0 + r < M ? row0 + r : M - 1) * row_bytes;
     float acc[R][N];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
 
-    /* U items per lane per step: all their weight loads are issued before the first is used */
+    /* U items per lane per step, all their weight loads issued before the first is used (U = 2 measured slower
+     * on the H200 in almost every case: more registers, fewer resident warps) */
+    constexpr int U = 1;
     for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
         int w[U][R][T::SPANS][4];
         float ws[U][R][T::SPANS], wm[U][R][T::SPANS];
@@ -337,13 +304,7 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const uint8_t *__restrict__ W
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < N; c++) {
-            const float v = gmc_warp_sum(acc[r][c]);
-            if (lane == ((r * N + c) & 31) && row0 + r < M) y[(size_t)c * ldy + row0 + r] = v;
-        }
+    mv_store<R, N, EPI>(a, s, row0, lane, acc);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -374,29 +335,22 @@ __device__ __forceinline__ void load_fw(const uint8_t *row, int it, float w[VEC]
     }
 }
 
-template <int TYPE, int VEC, int R, int N, int U>
-__global__ void __launch_bounds__(128) mmvf_kernel(const uint8_t *__restrict__ W, uint64_t row_bytes, int64_t M,
-                                                   int K, const float *__restrict__ x, float *__restrict__ y,
-                                                   int64_t ldy, const int32_t *__restrict__ eid, uint64_t e_bytes,
-                                                   int x_div) {
+template <int TYPE, int VEC, int R, int N, int EPI>
+__global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArgs a, int K,
+                                                   const float *__restrict__ x) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * 4 + warp) * R;
-    if (row0 >= M) return;
-    if (eid) { /* expert-indexed (MoE), as mmvq_kernel */
-        const int p = blockIdx.y;
-        W += (uint64_t)eid[p] * e_bytes;
-        x += (size_t)(p / x_div) * K;
-        y += (size_t)p * ldy;
-    }
     const uint8_t *rows[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = W + (uint64_t)(row0 + r < M ? row0 + r : M - 1) * row_bytes;
+    int s;
+    int64_t row0;
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) return;
+    if (a.eid) x += (size_t)(blockIdx.y / a.x_div) * K; /* expert-indexed (MoE), as mmvq_kernel */
     float acc[R][N];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
     const int n_items = K / VEC;
+    constexpr int U = 1; /* as mmvq_kernel */
     for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
         float w[U][R][VEC];
 #pragma unroll
@@ -426,29 +380,14 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const uint8_t *__restrict__ W
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < N; c++) {
-            const float v = gmc_warp_sum(acc[r][c]);
-            if (lane == ((r * N + c) & 31) && row0 + r < M) y[(size_t)c * ldy + row0 + r] = v;
-        }
+    mv_store<R, N, EPI>(a, s, row0, lane, acc);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
  * Host side. */
 static int g_mmv_rows = 0;   /* 0: default choice */
-static int g_mmv_unroll = 0; /* 0: default choice */
 
 extern "C" void gm_cuda_set_mmv_rows(int rows) { g_mmv_rows = rows == 1 || rows == 2 || rows == 4 ? rows : 0; }
-extern "C" void gm_cuda_set_mmv_unroll(int items) { g_mmv_unroll = items == 1 || items == 2 ? items : 0; }
-
-/* Two items ahead per lane measured slower than one in almost every case on the H200 (more registers, fewer
- * resident warps; the loads of one item already fill the memory pipe): 1 by default. */
-static int default_unroll(int type, int n) {
-    if (g_mmv_unroll) return g_mmv_unroll;
-    return 1;
-}
 
 /* Rows per warp, from the H200 sweep (bench/cuda_bench.cu, BENCHMARKS.md): at n = 1, 2 rows pay only on short,
  * tall matrices of the densest types (K <= 4096, M >= 8192: q4_0 / q4_K / float 2560->10240 and the LM head:
@@ -497,80 +436,145 @@ extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_
     int8_t *q = (int8_t *)xq;
     float *ds = (float *)((uint8_t *)xq + align16((size_t)n * K));
     if (act_type == GMC_Q8_0)
-        quantize_q8_0_act_kernel<<<(unsigned)((nb + 127) / 128), 128, 0, stream>>>(x, nb, q, ds);
+        gmc_launch(quantize_q8_0_act_kernel, (unsigned)((nb + 127) / 128), 128, 0, stream, x, nb, q, ds);
     else
-        quantize_q8_K_act_kernel<<<(unsigned)((nb + 3) / 4), 128, 0, stream>>>(x, nb, q, ds);
+        gmc_launch(quantize_q8_K_act_kernel, (unsigned)((nb + 3) / 4), 128, 0, stream, x, nb, q, ds);
     return gmc_check_launch("quantize_act");
 }
 
-template <class T, int R, int U>
-static void launch_q_ru(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
-                       cudaStream_t s) {
-    const int64_t M = w->ne1;
-    const unsigned grid = (unsigned)((M + 4 * R - 1) / (4 * R));
-    const uint8_t *W = (const uint8_t *)w->data;
-    const int K = (int)w->ne0;
+/* ---- launching: segments -> MvArgs, then the template for (type, rows per warp, columns, epilogue) ---- */
+template <class T, int R, int EPI>
+static void launch_q_re(const MvArgs &a, dim3 grid, int K, const int8_t *q, const float *ds, int n, cudaStream_t s) {
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: mmvq_kernel<T, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, q, ds, y, ldy, NULL, 0, 1); break;
+    case NN: gmc_launch(mmvq_kernel<T, R, NN, EPI>, grid, 128, 0, s, a, K, q, ds); break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
 }
 
-template <class T, int R>
-static void launch_q_r(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
-                       cudaStream_t s) {
-    if (default_unroll(w->type, n) == 2) launch_q_ru<T, R, 2>(w, q, ds, n, y, ldy, s);
-    else launch_q_ru<T, R, 1>(w, q, ds, n, y, ldy, s);
+template <int TYPE, int VEC, int R, int EPI>
+static void launch_f_re(const MvArgs &a, dim3 grid, int K, const float *x, int n, cudaStream_t s) {
+    switch (n) {
+#define GMC_CASE(NN) \
+    case NN: gmc_launch(mmvf_kernel<TYPE, VEC, R, NN, EPI>, grid, 128, 0, s, a, K, x); break;
+        GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
+#undef GMC_CASE
+    }
+}
+
+/* One launch of n <= 8 columns. act: quantized activations (gm_cuda_quantize_act layout, column 0 at q / ds)
+ * for quantized types, else f32 x. rs: rows of each matrix per warp (1, 2, 4; GEGLU 1, 2). */
+struct MvAct {
+    const int8_t *q;
+    const float *ds;
+    const float *x;
+};
+
+template <class T, int EPI>
+static void launch_q_e(const MvArgs &a, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if constexpr (EPI == EPI_GEGLU) { /* rows of both halves per warp: 2 or 4 */
+        if (rs == 1) launch_q_re<T, 2, EPI>(a, g, K, x.q, x.ds, n, s);
+        else launch_q_re<T, 4, EPI>(a, g, K, x.q, x.ds, n, s);
+    } else {
+        if (rs == 1) launch_q_re<T, 1, EPI>(a, g, K, x.q, x.ds, n, s);
+        else if (rs == 2) launch_q_re<T, 2, EPI>(a, g, K, x.q, x.ds, n, s);
+        else launch_q_re<T, 4, EPI>(a, g, K, x.q, x.ds, n, s);
+    }
+}
+
+template <int TYPE, int VEC, int EPI>
+static void launch_f_e(const MvArgs &a, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if constexpr (EPI == EPI_GEGLU) {
+        if (rs == 1) launch_f_re<TYPE, VEC, 2, EPI>(a, g, K, x.x, n, s);
+        else launch_f_re<TYPE, VEC, 4, EPI>(a, g, K, x.x, n, s);
+    } else {
+        if (rs == 1) launch_f_re<TYPE, VEC, 1, EPI>(a, g, K, x.x, n, s);
+        else if (rs == 2) launch_f_re<TYPE, VEC, 2, EPI>(a, g, K, x.x, n, s);
+        else launch_f_re<TYPE, VEC, 4, EPI>(a, g, K, x.x, n, s);
+    }
 }
 
 template <class T>
-static void launch_q(const gm_cuda_mat *w, const int8_t *q, const float *ds, int n, float *y, int64_t ldy,
-                     cudaStream_t s) {
-    switch (default_rows(w->type, n, w->ne0, w->ne1)) {
-    case 1: launch_q_r<T, 1>(w, q, ds, n, y, ldy, s); break;
-    case 2: launch_q_r<T, 2>(w, q, ds, n, y, ldy, s); break;
-    default: launch_q_r<T, 4>(w, q, ds, n, y, ldy, s); break;
-    }
-}
-
-template <int TYPE, int VEC, int R, int U>
-static void launch_f_ru(const gm_cuda_mat *w, const float *x, int n, float *y, int64_t ldy, cudaStream_t s) {
-    const int64_t M = w->ne1;
-    const unsigned grid = (unsigned)((M + 4 * R - 1) / (4 * R));
-    const uint8_t *W = (const uint8_t *)w->data;
-    const int K = (int)w->ne0;
-    switch (n) {
-#define GMC_CASE(NN) \
-    case NN: mmvf_kernel<TYPE, VEC, R, NN, U><<<grid, 128, 0, s>>>(W, w->row_bytes, M, K, x, y, ldy, NULL, 0, 1); break;
-        GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
-#undef GMC_CASE
-    }
-}
-
-template <int TYPE, int VEC, int R>
-static void launch_f_r(const gm_cuda_mat *w, const float *x, int n, float *y, int64_t ldy, cudaStream_t s) {
-    if (default_unroll(w->type, n) == 2) launch_f_ru<TYPE, VEC, R, 2>(w, x, n, y, ldy, s);
-    else launch_f_ru<TYPE, VEC, R, 1>(w, x, n, y, ldy, s);
+static void launch_q(const MvArgs &a, int epi, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if (epi == EPI_GEGLU) launch_q_e<T, EPI_GEGLU>(a, rs, g, K, x, n, s);
+    else if (epi == EPI_GELU_MUL) launch_q_e<T, EPI_GELU_MUL>(a, rs, g, K, x, n, s);
+    else launch_q_e<T, EPI_STORE>(a, rs, g, K, x, n, s);
 }
 
 template <int TYPE, int VEC>
-static void launch_f_v(const gm_cuda_mat *w, const float *x, int n, float *y, int64_t ldy, cudaStream_t s) {
-    switch (default_rows(w->type, n, w->ne0, w->ne1)) {
-    case 1: launch_f_r<TYPE, VEC, 1>(w, x, n, y, ldy, s); break;
-    case 2: launch_f_r<TYPE, VEC, 2>(w, x, n, y, ldy, s); break;
-    default: launch_f_r<TYPE, VEC, 4>(w, x, n, y, ldy, s); break;
-    }
+static void launch_f(const MvArgs &a, int epi, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if (epi == EPI_GEGLU) launch_f_e<TYPE, VEC, EPI_GEGLU>(a, rs, g, K, x, n, s);
+    else if (epi == EPI_GELU_MUL) launch_f_e<TYPE, VEC, EPI_GELU_MUL>(a, rs, g, K, x, n, s);
+    else launch_f_e<TYPE, VEC, EPI_STORE>(a, rs, g, K, x, n, s);
 }
 
-template <int TYPE>
-static void launch_f(const gm_cuda_mat *w, const float *x, int n, float *y, int64_t ldy, cudaStream_t s) {
-    const size_t esz = TYPE == GMC_F32 ? 4 : 2;
-    const int vec_ok = w->ne0 % 8 == 0 && w->row_bytes % 16 == 0 && (uintptr_t)w->data % 16 == 0 &&
-                       (uintptr_t)x % 16 == 0 && w->row_bytes == (uint64_t)w->ne0 * esz;
-    if (vec_ok) launch_f_v<TYPE, 8>(w, x, n, y, ldy, s);
-    else launch_f_v<TYPE, 1>(w, x, n, y, ldy, s);
+/* The 16-byte vector path of the float kernel: rows of exactly ne0 elements, all 16-byte aligned. */
+static int float_vec_ok(const gm_cuda_mat *w, const float *x) {
+    const size_t esz = w->type == GMC_F32 ? 4 : 2;
+    return w->ne0 % 8 == 0 && w->row_bytes % 16 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0 &&
+           w->row_bytes == (uint64_t)w->ne0 * esz;
+}
+
+/* The matvec of n_seg matrices w (one type, one K) against n columns of activations (8 per launch), with an
+ * epilogue; MoE when eid: grid.y = n_pairs, one column each. Checked arguments only. */
+static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int epi, const float *mul,
+                  const MvAct &act, int n, const int32_t *eid, uint64_t e_bytes, int x_div, int n_pairs,
+                  cudaStream_t s) {
+    const int type = w[0]->type;
+    const int64_t K = w[0]->ne0;
+    int64_t m_max = 0;
+    for (int i = 0; i < n_seg; i++) m_max = w[i]->ne1 > m_max ? w[i]->ne1 : m_max;
+    int rs = eid ? 1 : default_rows(type, n < 8 ? n : 8, K, m_max);
+    if (epi == EPI_GEGLU && rs > 2) rs = 2;
+    MvArgs a = {};
+    a.n_seg = n_seg, a.mul = mul, a.eid = eid, a.e_bytes = e_bytes, a.x_div = x_div;
+    unsigned blocks = 0;
+    for (int i = 0; i < n_seg; i++) {
+        a.W[i] = (const uint8_t *)w[i]->data, a.row_bytes[i] = w[i]->row_bytes, a.M[i] = w[i]->ne1;
+        a.y[i] = y[i], a.ldy[i] = w[i]->ne1;
+        if (epi != EPI_GEGLU || i == 0) blocks += (unsigned)((w[i]->ne1 + 4 * rs - 1) / (4 * rs));
+        a.blk_end[i] = blocks;
+    }
+    const dim3 grid(blocks, eid ? (unsigned)n_pairs : 1u);
+    const int kb = (int)(K >> (gm_cuda_act_type(type) == GMC_Q8_K ? 8 : 5));
+    int vec = 0;
+    if (!is_quant(type)) {
+        vec = 1;
+        for (int i = 0; i < n_seg; i++) vec = vec && float_vec_ok(w[i], act.x);
+        if (eid && e_bytes % 16) vec = 0;
+    }
+    for (int c0 = 0; c0 < (eid ? 1 : n); c0 += 8) {
+        const int nc = eid ? 1 : (n - c0 < 8 ? n - c0 : 8);
+        MvArgs ac = a;
+        for (int i = 0; i < n_seg; i++) ac.y[i] = a.y[i] + (size_t)c0 * a.ldy[i];
+        if (mul) ac.mul = mul + (size_t)c0 * a.ldy[0];
+        MvAct xc = {act.q ? act.q + (size_t)c0 * K : NULL, act.ds ? act.ds + (size_t)c0 * kb : NULL,
+                    act.x ? act.x + (size_t)c0 * K : NULL};
+        switch (type) {
+        case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_F32:
+            if (vec) launch_f<GMC_F32, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            else launch_f<GMC_F32, 1>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            break;
+        case GMC_F16:
+            if (vec) launch_f<GMC_F16, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            else launch_f<GMC_F16, 1>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            break;
+        case GMC_BF16:
+            if (vec) launch_f<GMC_BF16, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            else launch_f<GMC_BF16, 1>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            break;
+        }
+        const int rc = gmc_check_launch("matmul");
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 static int check_mat(const gm_cuda_mat *w, const char *op) {
@@ -585,31 +589,16 @@ static int check_mat(const gm_cuda_mat *w, const char *op) {
     return 0;
 }
 
+static MvAct act_of(const void *xq, int64_t K, int32_t n) {
+    return MvAct{(const int8_t *)xq, (const float *)((const uint8_t *)xq + align16((size_t)n * K)), NULL};
+}
+
 extern "C" int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, gm_cuda_stream stream) {
     int rc = check_mat(w, "matmul");
     if (rc) return rc;
     if (!is_quant(w->type)) return gmc_fail(-1, "matmul_q: type %d takes f32 activations", w->type);
     if (n <= 0 || !xq || !y) return gmc_fail(-1, "matmul_q: bad arguments");
-    const int64_t K = w->ne0;
-    const int8_t *q = (const int8_t *)xq;
-    const float *ds = (const float *)((const uint8_t *)xq + align16((size_t)n * K));
-    for (int c0 = 0; c0 < n; c0 += 8) {
-        const int nc = n - c0 < 8 ? n - c0 : 8;
-        const int8_t *qc = q + (size_t)c0 * K;
-        const float *dc = ds + (size_t)c0 * (K / (gm_cuda_act_type(w->type) == GMC_Q8_K ? 256 : 32));
-        float *yc = y + (size_t)c0 * w->ne1;
-        switch (w->type) {
-        case GMC_Q4_0: launch_q<TQ4_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        case GMC_Q5_0: launch_q<TQ5_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        case GMC_Q8_0: launch_q<TQ8_0>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        case GMC_Q4_K: launch_q<TQ4_K>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        case GMC_Q5_K: launch_q<TQ5_K>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        case GMC_Q6_K: launch_q<TQ6_K>(w, qc, dc, nc, yc, w->ne1, stream); break;
-        }
-        rc = gmc_check_launch("matmul_q");
-        if (rc) return rc;
-    }
-    return 0;
+    return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(xq, w->ne0, n), n, NULL, 0, 1, 0, stream);
 }
 
 extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, float *y, void *scratch,
@@ -624,39 +613,39 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
         rc = gm_cuda_quantize_act(x, w->ne0, n, gm_cuda_act_type(w->type), scratch, stream);
         return rc ? rc : gm_cuda_matmul_q(w, scratch, n, y, stream);
     }
-    const int64_t K = w->ne0;
-    for (int c0 = 0; c0 < n; c0 += 8) {
-        const int nc = n - c0 < 8 ? n - c0 : 8;
-        const float *xc = x + (size_t)c0 * K;
-        float *yc = y + (size_t)c0 * w->ne1;
-        switch (w->type) {
-        case GMC_F32: launch_f<GMC_F32>(w, xc, nc, yc, w->ne1, stream); break;
-        case GMC_F16: launch_f<GMC_F16>(w, xc, nc, yc, w->ne1, stream); break;
-        case GMC_BF16: launch_f<GMC_BF16>(w, xc, nc, yc, w->ne1, stream); break;
-        }
-        rc = gmc_check_launch("matmul");
+    return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, 0, 1, 0, stream);
+}
+
+extern "C" int gm_cuda_rmsnorm_quantize(const float *x, int64_t K, int32_t n, const float *w, float eps,
+                                        int32_t act_type, void *out, gm_cuda_stream stream) {
+    const int64_t qk = act_type == GMC_Q8_K ? 256 : act_type == GMC_Q8_0 ? 32 : 1;
+    if ((act_type != GMC_Q8_0 && act_type != GMC_Q8_K && act_type != -1) || K % qk != 0 || K > (1 << 30) || n <= 0 ||
+        !x || !out)
+        return gmc_fail(-1, "rmsnorm_quantize: bad arguments (type %d, K=%lld n=%d)", act_type, (long long)K, n);
+    int8_t *q = (int8_t *)out;
+    float *ds = (float *)((uint8_t *)out + align16((size_t)n * K));
+    gmc_launch(rmsnorm_quant_kernel, (unsigned)n, 256, 0, stream, x, (int)K, w, eps, (int)act_type, q, ds, (float *)out);
+    return gmc_check_launch("rmsnorm_quantize");
+}
+
+extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream) {
+    if (!m || m->n_w < 1 || m->n_w > 3 || n <= 0 || !act || (m->epi == GM_CUDA_EPI_GEGLU && m->n_w != 2) ||
+        (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
+        return gmc_fail(-1, "matmul_multi: bad arguments");
+    const gm_cuda_mat *ws[3];
+    for (int i = 0; i < m->n_w; i++) {
+        const int rc = check_mat(&m->w[i], "matmul_multi");
         if (rc) return rc;
+        if (m->w[i].type != m->w[0].type || m->w[i].ne0 != m->w[0].ne0 ||
+            (!m->y[i] && (i == 0 || m->epi != GM_CUDA_EPI_GEGLU))) /* a GeGLU writes y[0] only */
+            return gmc_fail(-1, "matmul_multi: matrices of different types or widths");
+        ws[i] = &m->w[i];
     }
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------------------
- * Expert-indexed matmul (MoE): one launch for every (token, chosen expert) pair, grid.y = pairs, one column
- * each (R = N = U = 1): only the chosen experts' weights are read. */
-template <class T>
-static void launch_q_id(const gm_cuda_mat *w, const int8_t *q, const float *ds, const int32_t *eid,
-                        uint64_t e_bytes, int x_div, int n_pairs, float *y, cudaStream_t s) {
-    const dim3 grid((unsigned)((w->ne1 + 3) / 4), (unsigned)n_pairs);
-    mmvq_kernel<T, 1, 1, 1><<<grid, 128, 0, s>>>((const uint8_t *)w->data, w->row_bytes, w->ne1, (int)w->ne0, q, ds, y,
-                                                  w->ne1, eid, e_bytes, x_div);
-}
-
-template <int TYPE>
-static void launch_f_id(const gm_cuda_mat *w, const float *x, const int32_t *eid, uint64_t e_bytes, int x_div,
-                        int n_pairs, float *y, cudaStream_t s) {
-    const dim3 grid((unsigned)((w->ne1 + 3) / 4), (unsigned)n_pairs);
-    mmvf_kernel<TYPE, 1, 1, 1, 1><<<grid, 128, 0, s>>>((const uint8_t *)w->data, w->row_bytes, w->ne1, (int)w->ne0, x,
-                                                        y, w->ne1, eid, e_bytes, x_div);
+    if (m->epi == GM_CUDA_EPI_GEGLU && m->w[1].ne1 != m->w[0].ne1)
+        return gmc_fail(-1, "matmul_multi: GeGLU halves of different heights");
+    const int epi = m->epi == GM_CUDA_EPI_GEGLU ? EPI_GEGLU : m->epi == GM_CUDA_EPI_GELU_MUL ? EPI_GELU_MUL : EPI_STORE;
+    const MvAct x = is_quant(m->w[0].type) ? act_of(act, m->w[0].ne0, n) : MvAct{NULL, NULL, (const float *)act};
+    return mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, 0, 1, 0, stream);
 }
 
 extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x,
@@ -667,28 +656,13 @@ extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, co
     if (!x || !eid || !y || n_x <= 0 || x_div <= 0 || n_pairs <= 0 || (int64_t)n_pairs > (int64_t)n_x * x_div ||
         n_pairs > 65535)
         return gmc_fail(-1, "matmul_id: bad arguments (n_x %d, x_div %d, pairs %d)", n_x, x_div, n_pairs);
-    if (is_quant(w->type)) {
-        if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n_x))
-            return gmc_fail(-1, "matmul_id: scratch of %zu bytes, %zu needed", scratch_bytes,
-                            gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
-        rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
-        if (rc) return rc;
-        const int8_t *q = (const int8_t *)scratch;
-        const float *ds = (const float *)((const uint8_t *)scratch + align16((size_t)n_x * w->ne0));
-        switch (w->type) {
-        case GMC_Q4_0: launch_q_id<TQ4_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_Q5_0: launch_q_id<TQ5_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_Q8_0: launch_q_id<TQ8_0>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_Q4_K: launch_q_id<TQ4_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_Q5_K: launch_q_id<TQ5_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_Q6_K: launch_q_id<TQ6_K>(w, q, ds, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        }
-    } else {
-        switch (w->type) {
-        case GMC_F32: launch_f_id<GMC_F32>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_F16: launch_f_id<GMC_F16>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        case GMC_BF16: launch_f_id<GMC_BF16>(w, x, eid, expert_bytes, x_div, n_pairs, y, stream); break;
-        }
-    }
-    return gmc_check_launch("matmul_id");
+    if (!is_quant(w->type))
+        return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, 1, eid, expert_bytes, x_div, n_pairs, stream);
+    if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n_x))
+        return gmc_fail(-1, "matmul_id: scratch of %zu bytes, %zu needed", scratch_bytes,
+                        gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
+    rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
+    if (rc) return rc;
+    return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(scratch, w->ne0, n_x), 1, eid, expert_bytes, x_div, n_pairs,
+                  stream);
 }

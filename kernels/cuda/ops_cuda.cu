@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common_cuda.cuh"
 
@@ -28,6 +29,23 @@ int gmc_check_launch(const char *what) {
 }
 
 extern "C" const char *gm_cuda_last_error(void) { return g_err; }
+
+/* ---- programmatic dependent launch: -1 unknown (decided on first use), 0 off, 1 on ---- */
+static int g_pdl = -1;
+
+extern "C" void gm_cuda_set_pdl(int on) { g_pdl = on < 0 ? -1 : on ? 1 : 0; }
+
+int gmc_pdl_enabled(void) {
+    if (g_pdl < 0) {
+        const char *e = getenv("GEMMAC_CUDA_PDL");
+        int dev = 0, major = 0;
+        const bool capable = cudaGetDevice(&dev) == cudaSuccess &&
+                             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                             major >= 9;
+        g_pdl = capable && !(e && e[0] == '0') ? 1 : 0;
+    }
+    return g_pdl;
+}
 
 extern "C" int gm_cuda_device_count(void) {
     int n = 0;
@@ -97,6 +115,7 @@ __device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j
 
 __global__ void get_rows_kernel(int type, const uint8_t *__restrict__ table, uint64_t row_bytes, int64_t d,
                                 int64_t n_rows, const int32_t *__restrict__ ids, float scale, float *__restrict__ out) {
+    gmc_pdl_wait();
     const int64_t i = blockIdx.y;
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= d) return;
@@ -111,7 +130,7 @@ extern "C" int gm_cuda_get_rows(const gm_cuda_mat *t, const int32_t *ids, int32_
     if (!gm_cuda_type_supported(t->type)) return gmc_fail(-1, "get_rows: type %d not supported", t->type);
     if (n == 0) return 0;
     const dim3 grid((unsigned)((t->ne0 + 255) / 256), (unsigned)n);
-    get_rows_kernel<<<grid, 256, 0, stream>>>(t->type, (const uint8_t *)t->data, t->row_bytes, t->ne0, t->ne1, ids,
+    gmc_launch(get_rows_kernel, grid, 256, 0, stream, t->type, (const uint8_t *)t->data, t->row_bytes, t->ne0, t->ne1, ids,
                                               scale, out);
     return gmc_check_launch("get_rows");
 }
@@ -119,6 +138,7 @@ extern "C" int gm_cuda_get_rows(const gm_cuda_mat *t, const int32_t *ids, int32_
 /* ---- gather ---- */
 __global__ void gather_kernel(const float *__restrict__ src, int d, const int32_t *__restrict__ rows,
                               float *__restrict__ dst) {
+    gmc_pdl_wait();
     const int64_t i = blockIdx.y;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j < d) dst[i * d + j] = src[(int64_t)rows[i] * d + j];
@@ -128,7 +148,7 @@ extern "C" int gm_cuda_gather(const float *src, int32_t d, const int32_t *rows, 
                               gm_cuda_stream stream) {
     if (!src || !rows || !dst || d <= 0 || n < 0) return gmc_fail(-1, "gather: bad arguments");
     if (n == 0) return 0;
-    gather_kernel<<<dim3((unsigned)((d + 255) / 256), (unsigned)n), 256, 0, stream>>>(src, d, rows, dst);
+    gmc_launch(gather_kernel, dim3((unsigned)((d + 255) / 256), (unsigned)n), 256, 0, stream, src, d, rows, dst);
     return gmc_check_launch("gather");
 }
 
@@ -136,22 +156,11 @@ extern "C" int gm_cuda_gather(const float *src, int32_t d, const int32_t *rows, 
  * in double: relative difference ~1e-7 for rows of a few thousand). Bytes 8·d per row (12·d with add). */
 template <bool ADD>
 __global__ void rmsnorm_kernel(const float *x, float *y, int d, const float *__restrict__ w, float eps) {
+    gmc_pdl_wait();
     const int64_t r = blockIdx.x;
     const float *xr = x + r * d;
     float *yr = y + r * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    __shared__ float part[32];
-    ss = gmc_warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = gmc_warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const float scale = 1.0f / sqrtf(part[0] / (float)d + eps);
+    const float scale = gmc_row_rms_scale(xr, d, eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = __fmul_rn(xr[i], scale);
         if (w) v = __fmul_rn(v, w[i]);
@@ -164,7 +173,7 @@ extern "C" int gm_cuda_rmsnorm(const float *x, float *y, int64_t n_rows, int32_t
                                gm_cuda_stream stream) {
     if (!x || !y || d <= 0 || n_rows < 0) return gmc_fail(-1, "rmsnorm: bad arguments");
     if (n_rows == 0) return 0;
-    rmsnorm_kernel<false><<<(unsigned)n_rows, 256, 0, stream>>>(x, y, d, w, eps);
+    gmc_launch(rmsnorm_kernel<false>, (unsigned)n_rows, 256, 0, stream, x, y, d, w, eps);
     return gmc_check_launch("rmsnorm");
 }
 
@@ -172,7 +181,7 @@ extern "C" int gm_cuda_rmsnorm_add(float *acc, const float *x, int64_t n_rows, i
                                    gm_cuda_stream stream) {
     if (!x || !acc || d <= 0 || n_rows < 0) return gmc_fail(-1, "rmsnorm_add: bad arguments");
     if (n_rows == 0) return 0;
-    rmsnorm_kernel<true><<<(unsigned)n_rows, 256, 0, stream>>>(x, acc, d, w, eps);
+    gmc_launch(rmsnorm_kernel<true>, (unsigned)n_rows, 256, 0, stream, x, acc, d, w, eps);
     return gmc_check_launch("rmsnorm_add");
 }
 
@@ -183,6 +192,7 @@ extern "C" int gm_cuda_rmsnorm_add(float *acc, const float *x, int64_t n_rows, i
 __global__ void rope_kernel(float *x, int n_head, int head_dim, const int32_t *__restrict__ pos, int n_rot,
                             float theta_scale, float freq_scale, const float *__restrict__ ff, float scale,
                             int64_t n_pairs) {
+    gmc_pdl_wait();
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= n_pairs) return;
     const int hp = head_dim / 2, half = n_rot / 2;
@@ -218,29 +228,28 @@ extern "C" int gm_cuda_rope(float *x, int32_t n, int32_t n_head, int32_t head_di
     if (n == 0) return 0;
     const float theta_scale = powf(base, -2.0f / (float)n_rot); /* the host's powf, as the reference */
     const int64_t n_pairs = (int64_t)n * n_head * (head_dim / 2);
-    rope_kernel<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(x, n_head, head_dim, pos, n_rot, theta_scale,
+    gmc_launch(rope_kernel, (unsigned)((n_pairs + 255) / 256), 256, 0, stream, x, n_head, head_dim, pos, n_rot, theta_scale,
                                                                        freq_scale, freq_factors, scale, n_pairs);
     return gmc_check_launch("rope");
 }
 
 /* ---- GeGLU and softcap: elementwise, 8-12 bytes per value. */
 __global__ void gelu_mul_kernel(float *g, const float *__restrict__ u, int64_t n) {
+    gmc_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float x = g[i];
-    const float k = 0.79788456080286535588f;
-    const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
-    g[i] = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner))), u[i]);
+    g[i] = __fmul_rn(gmc_gelu_tanh(g[i]), u[i]);
 }
 
 extern "C" int gm_cuda_gelu_mul(float *g, const float *u, int64_t n, gm_cuda_stream stream) {
     if (!g || !u || n < 0) return gmc_fail(-1, "gelu_mul: bad arguments");
     if (n == 0) return 0;
-    gelu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, u, n);
+    gmc_launch(gelu_mul_kernel, (unsigned)((n + 255) / 256), 256, 0, stream, g, u, n);
     return gmc_check_launch("gelu_mul");
 }
 
 __global__ void softcap_kernel(float *z, int64_t n, float c) {
+    gmc_pdl_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) z[i] = __fmul_rn(c, tanhf(__fdiv_rn(z[i], c)));
 }
@@ -248,6 +257,6 @@ __global__ void softcap_kernel(float *z, int64_t n, float c) {
 extern "C" int gm_cuda_softcap(float *z, int64_t n, float c, gm_cuda_stream stream) {
     if (!z || n < 0 || !(c > 0)) return gmc_fail(-1, "softcap: bad arguments");
     if (n == 0) return 0;
-    softcap_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(z, n, c);
+    gmc_launch(softcap_kernel, (unsigned)((n + 255) / 256), 256, 0, stream, z, n, c);
     return gmc_check_launch("softcap");
 }

@@ -58,10 +58,43 @@ int gm_cuda_act_type(int32_t wtype);
  * f16 value widened). The CPU block's q8_K bsums are not stored (the kernels sum the q themselves). */
 int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_t act_type, void *xq, gm_cuda_stream stream);
 int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, gm_cuda_stream stream);
-/* Rows per warp of the matvec kernels (1, 2 or 4), and weight items each lane loads ahead (1 or 2); 0: the
- * built-in choice. Process-wide; for benchmarks and tests. */
+/* rmsnorm fused into the activation quantizer: x' = rmsnorm(x) · w per row of K (w NULL: no weight; as
+ * gm_cuda_rmsnorm), then quantized as gm_cuda_quantize_act into out (act_type 8 or 15), or, act_type -1, x'
+ * stored as f32 [n][K] in out (for float weights). One launch. */
+int gm_cuda_rmsnorm_quantize(const float *x, int64_t K, int32_t n, const float *w, float eps, int32_t act_type,
+                             void *out, gm_cuda_stream stream);
+/* Up to three matrices of ONE type and width multiplied against the same activations in one launch per 8
+ * columns: y[i][n][w[i].ne1] = x · W_iᵀ (GM_CUDA_EPI_STORE); GM_CUDA_EPI_GEGLU (n_w 2, equal heights):
+ * y[0] = gelu_tanh(x · W_0ᵀ) ⊙ (x · W_1ᵀ), y[1] unused (may be NULL); GM_CUDA_EPI_GELU_MUL (n_w 1): y[0] = gelu_tanh(x · W_0ᵀ) ⊙ mul
+ * (mul [n][w[0].ne1]). act: quantized activations of the type's gm_cuda_act_type (gm_cuda_quantize_act or
+ * gm_cuda_rmsnorm_quantize layout) for quantized weights, f32 x [n][ne0] otherwise. */
+enum { GM_CUDA_EPI_STORE = 0, GM_CUDA_EPI_GEGLU = 1, GM_CUDA_EPI_GELU_MUL = 2 };
+typedef struct gm_cuda_multi {
+    int32_t n_w;
+    gm_cuda_mat w[3];
+    float *y[3];
+    int32_t epi;
+    const float *mul;
+} gm_cuda_multi;
+int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
+/* The tensor-core path (gemm_cuda.cu) for n >= GM_CUDA_GEMM_MIN_N columns: the matrices of m dequantized to f16
+ * into the scratch, x (rmsnorm'ed with norm_w first when norm_w is not NULL, as gm_cuda_rmsnorm) converted to
+ * f16 with a power-of-two scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:
+ * quantized, bf16 and f16 matrices of one width, at most 2^28 weights in all; f32 weights never.
+ * cublas: a handle from gm_cuda_gemm_create (its workspace given there, so the call allocates nothing). */
+enum { GM_CUDA_GEMM_MIN_N = 16 };
+int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n);
+size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
+int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const float *x, const float *norm_w, float eps,
+                       int32_t n, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
+int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes);
+void gm_cuda_gemm_destroy(void *cublas);
+/* Rows per warp of the matvec kernels (1, 2 or 4); 0: the built-in choice. Process-wide; for benchmarks and
+ * tests. */
 void gm_cuda_set_mmv_rows(int rows);
-void gm_cuda_set_mmv_unroll(int items);
+/* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
+ * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
+void gm_cuda_set_pdl(int on);
 
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
  * expert e's at w->data + e·expert_bytes. For each pair p < n_pairs: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ.
@@ -155,6 +188,27 @@ typedef struct gm_cuda_attn {
     const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
     float *out;                /* [n_tokens][n_head][head_dim] */
 } gm_cuda_attn;
+
+/* The attention op's preparation (src/model/backend.h gm_attn_prep) fused with the KV store, one launch: per
+ * token, each query head q = rope(rmsnorm(q) · q_norm) · q_scale in place; when kv is not NULL each KV head:
+ * v' = rmsnorm(v_from_k ? k : v) if v_norm (else v, or k when v_from_k), k' = rope(rmsnorm(k) · k_norm), both
+ * stored in the cache at (seq, slot(pos)) (k and v buffers are left as they were). q_norm / k_norm NULL: no
+ * norm; n_rot 0: no RoPE. freq_factors: NULL or [n_rot/2] (device). */
+typedef struct gm_cuda_prep {
+    int32_t n_tokens, n_head, head_dim;
+    const int32_t *pos, *seq;  /* device */
+    float *q;
+    const float *k, *v;        /* [n_tokens][n_head_kv][head_dim]; unused when kv is NULL */
+    const gm_cuda_kv *kv;      /* NULL: only q */
+    const float *q_norm, *k_norm;
+    int32_t v_norm, v_from_k;
+    float eps;
+    int32_t n_rot;
+    float base, freq_scale;
+    const float *freq_factors;
+    float q_scale;
+} gm_cuda_prep;
+int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream);
 
 /* Split-K (flash-decoding) attention: the visible keys of each query are cut into splits processed by
  * separate blocks, each with an online softmax, then merged. scratch: gm_cuda_attention_scratch_bytes. */

@@ -31,6 +31,25 @@
 
 typedef struct gm_backend gm_backend;
 
+/* What the attention op does to its q, k, v before storing and attending (gm_attn_args.prep), in this order
+ * (q in place; what the k and v buffers hold afterwards is unspecified: a backend may prepare them in place or
+ * straight into the cache):
+ *   v_from_k: v = k as projected (before k's own preparation; K = V layers, v's buffer need not hold anything);
+ *   v_norm:   v = rmsnorm(v), no weight;
+ *   q = rope(rmsnorm(q) · q_norm) · q_scale,   k = rope(rmsnorm(k) · k_norm),
+ * each rmsnorm over one head (head_dim values) and only when its weight is not NULL; RoPE as the rope op
+ * (NeoX pairs, n_rot, base, freq_scale, freq_factors; none when n_rot = 0). When write_kv is false only q is
+ * prepared. One op so a device backend can do all of it, and the cache store, in one pass. */
+typedef struct gm_attn_prep {
+    const float *q_norm, *k_norm; /* [head_dim] f32 host weights, or NULL */
+    bool v_norm, v_from_k;
+    float eps;
+    int32_t n_rot;
+    float base, freq_scale;
+    const float *freq_factors;    /* [n_rot / 2] or NULL */
+    float q_scale;
+} gm_attn_prep;
+
 typedef struct gm_attn_args {
     gm_kv_cache *kv;
     int32_t kv_layer;          /* the layer whose cache is written and read */
@@ -40,10 +59,31 @@ typedef struct gm_attn_args {
     const int32_t *seq;        /* [n_tokens] */
     int32_t n_head, n_head_kv, head_dim;
     int32_t window;            /* 0: full attention; else keys with pos_q - pos_k < window */
-    const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
+    const gm_attn_prep *prep;  /* NULL: q, k, v arrive ready (RoPE and scale applied); else see gm_attn_prep */
+    const float *q;            /* [n_tokens][n_head][head_dim] */
     const float *k, *v;        /* [n_tokens][n_head_kv][head_dim] */
     float *out;                /* [n_tokens][n_head][head_dim] */
 } gm_attn_args;
+
+/* Projections of one input, the fused form of rmsnorm, matmul and gelu_mul the forward uses for Q/K/V, gate/up and
+ * the per-layer-input gate. x' = rmsnorm(x) · norm per row of d = w[0]->ne0 (norm NULL: x' = x), then
+ *   GM_PROJ_PLAIN:    y[i][n][w[i]->ne1] = x' · W_iᵀ for each i < n_w (1..3);
+ *   GM_PROJ_GEGLU:    n_w = 2, equal ne1: y[0] = gelu_tanh(x' · W_0ᵀ) ⊙ (x' · W_1ᵀ);
+ *   GM_PROJ_GELU_MUL: n_w = 1: y[0] = gelu_tanh(x' · W_0ᵀ) ⊙ mul, mul [n][w[0]->ne1].
+ * Every W_i has ne0 = d; x is not modified and no y may overlap x. Results equal the unfused ops' (the CPU
+ * backend composes them; a device backend normalises, quantizes once and multiplies all W_i in one pass). */
+typedef enum gm_proj_act { GM_PROJ_PLAIN = 0, GM_PROJ_GEGLU, GM_PROJ_GELU_MUL } gm_proj_act;
+typedef struct gm_proj_args {
+    const float *x;
+    int32_t n;
+    const float *norm;         /* [d] f32 host weight, or NULL */
+    float eps;
+    gm_proj_act act;
+    const float *mul;          /* GM_PROJ_GELU_MUL only (backend memory) */
+    int32_t n_w;
+    const gm_tensor *w[3];
+    float *y[3];
+} gm_proj_args;
 
 /* The host arrays of one forward's batch (see the top of this file). */
 typedef struct gm_batch_ints {
@@ -78,6 +118,8 @@ typedef struct gm_backend_ops {
     void (*gather)(gm_backend *b, const float *src, int32_t d, const int32_t *rows, int32_t n, float *dst);
     /* y[n][w.ne1] = x[n][w.ne0] · Wᵀ */
     void (*matmul)(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y);
+    /* See gm_proj_args. */
+    void (*project)(gm_backend *b, const gm_proj_args *p);
     /* Over n_rows rows of d: y = rmsnorm(x) · w (w NULL: no weight; w is [d] f32). y may be x. */
     void (*rmsnorm)(gm_backend *b, const float *x, float *y, int64_t n_rows, int32_t d, const float *w, float eps);
     /* acc += rmsnorm(x) · w, rows of d. */
@@ -90,6 +132,7 @@ typedef struct gm_backend_ops {
     void (*gelu_mul)(gm_backend *b, float *g, const float *u, int64_t n);
     /* z = c·tanh(z/c) over n values. */
     void (*softcap)(gm_backend *b, float *z, int64_t n, float c);
+    /* a->prep (if any), then store this batch's k, v (a->write_kv), then attend. */
     void (*attention)(gm_backend *b, const gm_attn_args *a);
     /* ---- Gemma 4 ---- */
     /* x *= s over n values. */

@@ -175,28 +175,31 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
         const int32_t D = l->head_dim;
 
         /* attention block: x += post_norm(Wo · attn(rope(qnorm(Wq·n(x))), rope(knorm(Wk·n(x))), Wv·n(x))) */
-        op->rmsnorm(b, s->x, s->xn, n, H, vec(&lw->attn_norm), hp->norm_eps);
-        op->matmul(b, &lw->wq, s->xn, n, s->q);
-        op->matmul(b, &lw->wk, s->xn, n, s->k);
-        op->matmul(b, &lw->wv, s->xn, n, s->v);
-        op->rmsnorm(b, s->q, s->q, (int64_t)n * l->n_head, D, vec(&lw->q_norm), hp->norm_eps);
-        op->rmsnorm(b, s->k, s->k, (int64_t)n * l->n_head_kv, D, vec(&lw->k_norm), hp->norm_eps);
-        op->rope(b, s->q, n, l->n_head, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, NULL, hp->attn_scale);
-        op->rope(b, s->k, n, l->n_head_kv, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, NULL, 1.0f);
+        const gm_proj_args qkv = {
+            .x = s->x, .n = n, .norm = vec(&lw->attn_norm), .eps = hp->norm_eps, .act = GM_PROJ_PLAIN, .n_w = 3,
+            .w = {&lw->wq, &lw->wk, &lw->wv}, .y = {s->q, s->k, s->v},
+        };
+        op->project(b, &qkv);
+        const gm_attn_prep prep = {
+            .q_norm = vec(&lw->q_norm), .k_norm = vec(&lw->k_norm), .eps = hp->norm_eps, .n_rot = l->n_rot,
+            .base = l->rope_base, .freq_scale = l->rope_freq_scale, .q_scale = hp->attn_scale,
+        };
         gm_attn_args at = {
             .kv = a->kv, .kv_layer = l->kv_source, .write_kv = l->kv_source == il, .n_tokens = n,
             .pos = a->pos, .seq = a->seq, .n_head = l->n_head, .n_head_kv = l->n_head_kv, .head_dim = D,
-            .window = l->sliding ? hp->sliding_window : 0, .q = s->q, .k = s->k, .v = s->v, .out = s->att,
+            .window = l->sliding ? hp->sliding_window : 0, .prep = &prep, .q = s->q, .k = s->k, .v = s->v,
+            .out = s->att,
         };
         op->attention(b, &at);
         op->matmul(b, &lw->wo, s->att, n, s->xn);
         op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_attn_norm), hp->norm_eps);
 
         /* MLP block: x += post_norm(down(gelu(gate·n(x)) ⊙ up·n(x))) */
-        op->rmsnorm(b, s->x, s->xn, n, H, vec(&lw->ffn_norm), hp->norm_eps);
-        op->matmul(b, &lw->ffn_gate, s->xn, n, s->g);
-        op->matmul(b, &lw->ffn_up, s->xn, n, s->u);
-        op->gelu_mul(b, s->g, s->u, (int64_t)n * l->n_ff);
+        const gm_proj_args ffn = {
+            .x = s->x, .n = n, .norm = vec(&lw->ffn_norm), .eps = hp->norm_eps, .act = GM_PROJ_GEGLU, .n_w = 2,
+            .w = {&lw->ffn_gate, &lw->ffn_up}, .y = {s->g},
+        };
+        op->project(b, &ffn);
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
         op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_ffw_norm), hp->norm_eps);
     }

@@ -490,22 +490,23 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
         op->rmsnorm(b, s->aux, s->aux, n, H, vec(&lw->laurel_post_norm), hp->norm_eps);
         op->add_scale(b, s->aux, s->xn, nH, 1.0f);
 
-        /* attention: q, k norms with weights, v without, RoPE, scale 1; shared layers read their source's cache */
+        /* attention: q, k norms with weights, v without, RoPE, scale 1; shared layers read their source's cache,
+         * so they project only q. The normalised input stays in s->xn for LAuReL, hence no norm here. */
         const bool own_kv = l->kv_source == il;
-        op->matmul(b, &lw->wq, s->xn, n, s->q);
-        op->rmsnorm(b, s->q, s->q, (int64_t)n * l->n_head, D, vec(&lw->q_norm), hp->norm_eps);
-        op->rope(b, s->q, n, l->n_head, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, NULL, hp->attn_scale);
-        if (own_kv) {
-            op->matmul(b, &lw->wk, s->xn, n, s->k);
-            op->matmul(b, &lw->wv, s->xn, n, s->v);
-            op->rmsnorm(b, s->k, s->k, (int64_t)n * l->n_head_kv, D, vec(&lw->k_norm), hp->norm_eps);
-            op->rmsnorm(b, s->v, s->v, (int64_t)n * l->n_head_kv, D, NULL, hp->norm_eps);
-            op->rope(b, s->k, n, l->n_head_kv, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, NULL, 1.0f);
-        }
+        const gm_proj_args qkv = {
+            .x = s->xn, .n = n, .act = GM_PROJ_PLAIN, .n_w = own_kv ? 3 : 1,
+            .w = {&lw->wq, &lw->wk, &lw->wv}, .y = {s->q, s->k, s->v},
+        };
+        op->project(b, &qkv);
+        const gm_attn_prep prep = {
+            .q_norm = vec(&lw->q_norm), .k_norm = vec(&lw->k_norm), .v_norm = true, .eps = hp->norm_eps,
+            .n_rot = l->n_rot, .base = l->rope_base, .freq_scale = l->rope_freq_scale, .q_scale = hp->attn_scale,
+        };
         gm_attn_args at = {
             .kv = a->kv, .kv_layer = l->kv_source, .write_kv = own_kv, .n_tokens = n, .pos = a->pos, .seq = a->seq,
             .n_head = l->n_head, .n_head_kv = l->n_head_kv, .head_dim = D,
-            .window = l->sliding ? hp->sliding_window : 0, .q = s->q, .k = s->k, .v = s->v, .out = s->att,
+            .window = l->sliding ? hp->sliding_window : 0, .prep = &prep, .q = s->q, .k = s->k, .v = s->v,
+            .out = s->att,
         };
         op->attention(b, &at);
         op->matmul(b, &lw->wo, s->att, n, s->x);
@@ -513,12 +514,19 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
         op->add_scale(b, s->x, act, nH, 1.0f);      /* act + attn */
         op->add_scale(b, s->x, s->aux, nH, rsqrt2); /* (· + laurel) / sqrt(2) */
 
-        /* MLP, with activation sparsity on the gate where the layer has it */
-        op->rmsnorm(b, s->x, s->xn, n, H, vec(&lw->ffn_norm), hp->norm_eps);
-        op->matmul(b, &lw->ffn_gate, s->xn, n, s->g);
-        if (l->act_sparsity_std != 0.0f) op->sparsity_gate(b, s->g, n, l->n_ff, l->act_sparsity_std);
-        op->matmul(b, &lw->ffn_up, s->xn, n, s->u);
-        op->gelu_mul(b, s->g, s->u, (int64_t)n * l->n_ff);
+        /* MLP, with activation sparsity on the gate where the layer has it: there the gate is cut between its
+         * projection and the GELU, so gate and up come out plain and the rest runs as separate ops */
+        const bool sparse = l->act_sparsity_std != 0.0f;
+        const gm_proj_args ffn = {
+            .x = s->x, .n = n, .norm = vec(&lw->ffn_norm), .eps = hp->norm_eps,
+            .act = sparse ? GM_PROJ_PLAIN : GM_PROJ_GEGLU, .n_w = 2, .w = {&lw->ffn_gate, &lw->ffn_up},
+            .y = {s->g, sparse ? s->u : NULL},
+        };
+        op->project(b, &ffn);
+        if (sparse) {
+            op->sparsity_gate(b, s->g, n, l->n_ff, l->act_sparsity_std);
+            op->gelu_mul(b, s->g, s->u, (int64_t)n * l->n_ff);
+        }
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
         op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_ffw_norm), hp->norm_eps);
 
@@ -529,8 +537,11 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
 
         /* per-layer input: p = rmsnorm(W_proj·(gelu(W_gate·(s_active ⊙ scale)) ⊙ ple[il])), added to streams 1.. */
         op->mul_rows(b, streams + active * nH, s->xn, n, H, vec(&lw->altup_correct_scale));
-        op->matmul(b, &lw->ple_gate, s->xn, n, s->small);
-        op->gelu_mul(b, s->small, s->ple + (int64_t)il * n * P, (int64_t)n * P);
+        const gm_proj_args gate = {
+            .x = s->xn, .n = n, .act = GM_PROJ_GELU_MUL, .mul = s->ple + (int64_t)il * n * P, .n_w = 1,
+            .w = {&lw->ple_gate}, .y = {s->small},
+        };
+        op->project(b, &gate);
         op->matmul(b, &lw->ple_proj, s->small, n, s->xn);
         op->rmsnorm(b, s->xn, s->xn, n, H, vec(&lw->ple_post_norm), hp->norm_eps);
         for (int k = 1; k < K; k++) op->add_scale(b, streams + k * nH, s->xn, nH, 1.0f);

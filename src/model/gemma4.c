@@ -525,29 +525,23 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
         const bool owns_kv = l->kv_source == il;
         const float *freq_factors = l->rope_freq_factors ? vec(&w->rope_freqs) : NULL;
 
-        /* attention: x += post_norm(Wo · attn(rope(qnorm(Wq·a)), rope(knorm(Wk·a)), vnorm(Wv·a or Wk·a))) */
-        op->rmsnorm(b, s->x, s->xn, n, H, vec(&lw->attn_norm), eps);
-        op->matmul(b, &lw->wq, s->xn, n, s->q);
-        op->rmsnorm(b, s->q, s->q, (int64_t)n * l->n_head, D, vec(&lw->q_norm), eps);
-        op->rope(b, s->q, n, l->n_head, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, freq_factors,
-                 hp->attn_scale);
-        if (owns_kv) {
-            const int64_t kv_rows = (int64_t)n * l->n_head_kv;
-            op->matmul(b, &lw->wk, s->xn, n, s->k);
-            if (l->v_from_k) {
-                op->rmsnorm(b, s->k, s->v, kv_rows, D, NULL, eps); /* V: the raw K projection, weightless norm */
-            } else {
-                op->matmul(b, &lw->wv, s->xn, n, s->v);
-                op->rmsnorm(b, s->v, s->v, kv_rows, D, NULL, eps);
-            }
-            op->rmsnorm(b, s->k, s->k, kv_rows, D, vec(&lw->k_norm), eps);
-            op->rope(b, s->k, n, l->n_head_kv, D, a->pos, l->n_rot, l->rope_base, l->rope_freq_scale, freq_factors,
-                     1.0f);
-        }
+        /* attention: x += post_norm(Wo · attn(rope(qnorm(Wq·a)), rope(knorm(Wk·a)), vnorm(Wv·a or Wk·a)));
+         * layers reading another layer's cache project only q, K = V layers q and k (V: the raw K projection) */
+        const gm_proj_args qkv = {
+            .x = s->x, .n = n, .norm = vec(&lw->attn_norm), .eps = eps, .act = GM_PROJ_PLAIN,
+            .n_w = !owns_kv ? 1 : l->v_from_k ? 2 : 3, .w = {&lw->wq, &lw->wk, &lw->wv}, .y = {s->q, s->k, s->v},
+        };
+        op->project(b, &qkv);
+        const gm_attn_prep prep = {
+            .q_norm = vec(&lw->q_norm), .k_norm = vec(&lw->k_norm), .v_norm = true, .v_from_k = l->v_from_k,
+            .eps = eps, .n_rot = l->n_rot, .base = l->rope_base, .freq_scale = l->rope_freq_scale,
+            .freq_factors = freq_factors, .q_scale = hp->attn_scale,
+        };
         gm_attn_args at = {
             .kv = a->kv, .kv_layer = l->kv_source, .write_kv = owns_kv, .n_tokens = n, .pos = a->pos,
             .seq = a->seq, .n_head = l->n_head, .n_head_kv = l->n_head_kv, .head_dim = D,
-            .window = l->sliding ? hp->sliding_window : 0, .q = s->q, .k = s->k, .v = s->v, .out = s->att,
+            .window = l->sliding ? hp->sliding_window : 0, .prep = &prep, .q = s->q, .k = s->k, .v = s->v,
+            .out = s->att,
         };
         op->attention(b, &at);
         op->matmul(b, &lw->wo, s->att, n, s->xn);
@@ -555,10 +549,11 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
 
         /* feed-forward: m = MLP(pre_norm(x)); MoE layers: m = post_norm_1(m) + post_norm_2(experts(x));
          * x += post_norm(m) */
-        op->rmsnorm(b, s->x, s->xn, n, H, vec(&lw->ffn_norm), eps);
-        op->matmul(b, &lw->ffn_gate, s->xn, n, s->g);
-        op->matmul(b, &lw->ffn_up, s->xn, n, s->u);
-        op->gelu_mul(b, s->g, s->u, (int64_t)n * l->n_ff);
+        const gm_proj_args ffn = {
+            .x = s->x, .n = n, .norm = vec(&lw->ffn_norm), .eps = eps, .act = GM_PROJ_GEGLU, .n_w = 2,
+            .w = {&lw->ffn_gate, &lw->ffn_up}, .y = {s->g},
+        };
+        op->project(b, &ffn);
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
         if (l->moe) {
             op->rmsnorm(b, s->xn, s->xn, n, H, vec(&lw->ffn_post_norm_1), eps);
@@ -576,8 +571,11 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
 
         /* per-layer input: x += post_norm(W_proj · (gelu(W_gate · x) ⊙ ple[l])) */
         if (P) {
-            op->matmul(b, &lw->ple_gate, s->x, n, s->ple);
-            op->gelu_mul(b, s->ple, s->ple_t + (int64_t)il * n * P, (int64_t)n * P);
+            const gm_proj_args gate = {
+                .x = s->x, .n = n, .act = GM_PROJ_GELU_MUL, .mul = s->ple_t + (int64_t)il * n * P, .n_w = 1,
+                .w = {&lw->ple_gate}, .y = {s->ple},
+            };
+            op->project(b, &gate);
             op->matmul(b, &lw->ple_proj, s->ple, n, s->xn);
             op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->ple_post_norm), eps);
         }

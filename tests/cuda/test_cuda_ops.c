@@ -302,16 +302,16 @@ static void test_matmul(void **state) {
             cases += 2;
         }
     }
-    /* every rows-per-warp and items-ahead variant on one shape per type (K = 1280: 40 or 80 items per row, so
-     * the second item of a lane is sometimes past the row) */
+    /* every rows-per-warp variant, with and without programmatic dependent launch, on one shape per type (K =
+     * 1280: 40 or 80 items per row) */
     for (int r = 1; r <= 4; r *= 2)
-        for (int u = 1; u <= 2; u++) {
+        for (int pdl = 0; pdl <= 1; pdl++) {
             gm_cuda_set_mmv_rows(r);
-            gm_cuda_set_mmv_unroll(u);
+            gm_cuda_set_pdl(pdl);
             for (int ti = 0; ti < N_TYPES; ti++) run_matmul(k_types[ti], 1280, 37, 1 + urand(8)), cases++;
         }
     gm_cuda_set_mmv_rows(0);
-    gm_cuda_set_mmv_unroll(0);
+    gm_cuda_set_pdl(-1);
     printf("[ cuda     ] matmul: %d cases pass; relative error vs exact f32 product (GPU / CPU reference path), "
            "GPU vs CPU reference path:\n", cases);
     for (int ti = 0; ti < N_TYPES; ti++)
@@ -791,6 +791,275 @@ static void test_moe(void **state) {
     printf("[ cuda     ] moe (routing, chosen experts only, weighted sum): 5 cases pass\n");
 }
 
+/* ---- fused projections: rmsnorm + quantize in one launch, up to three matrices / GeGLU / gelu·mul in one ----
+ * Against the CPU reference path of the unfused ops: x' = gm_ref_rmsnorm(x)·w, the CPU's quantize_act of x'
+ * (dequantized), times the dequantized weights in double, then gelu_tanh. Norm of the difference relative to
+ * the norm of the reference, per column: 2e-5 without the norm (only float summation order differs); with it
+ * 1e-3, because the GPU's f32 sum of squares (the reference sums in double) can move one activation of a
+ * column across a rounding step of its 8-bit quantization, ~4e-4 of the column's norm each time. */
+static double ref_proj_rows(const host_mat *h, int type, int64_t K, int64_t M, const float *xn, double *y) {
+    const gm_type_traits *vt = gm_type_traits_of(gm_type_traits_of(type)->vec_dot_type);
+    float *xdq = malloc(sizeof(float) * K);
+    uint8_t *xq = malloc(gm_row_bytes(vt, K));
+    if (is_quant(type)) {
+        vt->quantize_act(xn, xq, K);
+        vt->dequantize(xq, xdq, K);
+    } else {
+        memcpy(xdq, xn, sizeof(float) * K);
+    }
+    for (int64_t m = 0; m < M; m++) {
+        double s = 0;
+        for (int64_t j = 0; j < K; j++) s += (double)h->deq[m * K + j] * xdq[j];
+        y[m] = s;
+    }
+    free(xdq), free(xq);
+    return 0;
+}
+
+static void expect_rel_norm(const char *what, const float *got, const double *want, size_t n, double bound) {
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(fabs((double)got[i]) < 1e30)) fail_msg("%s: element %zu is %g", what, i, got[i]);
+        e2 += ((double)got[i] - want[i]) * ((double)got[i] - want[i]), r2 += want[i] * want[i];
+    }
+    const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
+    if (!(rel <= bound)) fail_msg("%s: relative difference %.3g > %.1g", what, rel, bound);
+}
+
+static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm) {
+    const int64_t Ms[3] = {epi == GM_CUDA_EPI_STORE ? 100 : 96, epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
+    const int nw = epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
+    host_mat h[3];
+    gm_cuda_multi m = {.n_w = nw, .epi = epi};
+    float *dy[3] = {0};
+    for (int i = 0; i < nw; i++) {
+        h[i] = make_mat(type, K, Ms[i], 1.0f);
+        m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = Ms[i], .row_bytes = h[i].row_bytes,
+                               .data = dev_upload(h[i].q, h[i].row_bytes * Ms[i])};
+        dy[i] = dev_alloc(sizeof(float) * Ms[i] * n);
+        dev_poison(dy[i], sizeof(float) * Ms[i] * n);
+        m.y[i] = epi == GM_CUDA_EPI_GEGLU && i == 1 ? NULL : dy[i]; /* a GeGLU has one output, as the forward passes */
+    }
+    float *x = rand_vec((size_t)K * n, 2.0f), *nwt = rand_vec((size_t)K, 1.5f), *mul = rand_vec((size_t)Ms[0] * n, 2.0f);
+    float *dx = dev_upload(x, sizeof(float) * K * n), *dnw = dev_upload(nwt, sizeof(float) * K);
+    float *dmul = dev_upload(mul, sizeof(float) * Ms[0] * n);
+    if (epi == GM_CUDA_EPI_GELU_MUL) m.mul = dmul;
+    const int act_type = gm_cuda_act_type(type);
+    const size_t sb = act_type >= 0 ? gm_cuda_matmul_scratch_bytes(K, n) : sizeof(float) * K * n;
+    void *dact = dev_alloc(sb);
+    if (norm) CK(gm_cuda_rmsnorm_quantize(dx, K, n, dnw, 1e-6f, act_type, dact, NULL));
+    else if (act_type >= 0) CK(gm_cuda_quantize_act(dx, K, n, act_type, dact, NULL));
+    CK(gm_cuda_matmul_multi(&m, norm || act_type >= 0 ? dact : (const void *)dx, n, NULL));
+    float *xn = malloc(sizeof(float) * K);
+    char what[128];
+    for (int i = 0; i < (epi == GM_CUDA_EPI_STORE ? nw : 1); i++) {
+        float *y = malloc(sizeof(float) * Ms[i] * n);
+        double *want = malloc(sizeof(double) * Ms[i] * n), *up = malloc(sizeof(double) * Ms[i]);
+        dev_download(y, dy[i], sizeof(float) * Ms[i] * n);
+        for (int c = 0; c < n; c++) {
+            if (norm) gm_ref_rmsnorm(x + (int64_t)c * K, xn, (int)K, nwt, 1e-6f);
+            else memcpy(xn, x + (int64_t)c * K, sizeof(float) * K);
+            double *wc = want + (int64_t)c * Ms[i];
+            ref_proj_rows(&h[i], type, K, Ms[i], xn, wc);
+            if (epi == GM_CUDA_EPI_GEGLU) ref_proj_rows(&h[1], type, K, Ms[1], xn, up);
+            for (int64_t r = 0; r < Ms[i] && epi != GM_CUDA_EPI_STORE; r++)
+                wc[r] = (double)gm_ref_gelu_tanh((float)wc[r]) *
+                        (epi == GM_CUDA_EPI_GEGLU ? up[r] : (double)mul[(int64_t)c * Ms[0] + r]);
+        }
+        for (int c = 0; c < n; c++) {
+            snprintf(what, sizeof what, "fused projection %s K=%lld n=%d epilogue %d norm %d matrix %d column %d",
+                     gm_type_traits_of(type)->name, (long long)K, n, epi, norm, i, c);
+            expect_rel_norm(what, y + (int64_t)c * Ms[i], want + (int64_t)c * Ms[i], (size_t)Ms[i],
+                            norm && is_quant(type) ? 1e-3 : 2e-5);
+        }
+        free(y), free(want), free(up);
+    }
+    for (int i = 0; i < nw; i++) {
+        free_mat(&h[i]);
+        CU(cudaFree((void *)m.w[i].data)); CU(cudaFree(dy[i]));
+    }
+    free(x), free(nwt), free(mul), free(xn);
+    CU(cudaFree(dx)); CU(cudaFree(dnw)); CU(cudaFree(dmul)); CU(cudaFree(dact));
+}
+
+static void test_fused_proj(void **state) {
+    (void)state;
+    static const int types[] = {GM_TYPE_F32, GM_TYPE_BF16, GM_TYPE_Q4_0, GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K};
+    static const int ns[] = {1, 3, 11};
+    int cases = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            for (int epi = 0; epi < 3; epi++)
+                for (int norm = 0; norm < 2; norm++) run_fused_proj(types[t], 512, ns[i], epi, norm), cases++;
+    printf("[ cuda     ] fused rmsnorm+quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases pass "
+           "(2e-5 relative in norm vs the CPU reference path)\n", cases);
+}
+
+/* ---- the tensor-core path (n >= GM_CUDA_GEMM_MIN_N): against the exact product of the dequantized weights and
+ * the f32 activations (the path keeps 11 significant bits of both): 1e-3 relative in norm; the epilogues, the
+ * fused rmsnorm and a column of huge values (the power-of-two column scale keeps f16 from overflowing). ---- */
+static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm) {
+    const int64_t Ms[3] = {epi == GM_CUDA_EPI_STORE ? 100 : 96, epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
+    const int nw = epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
+    host_mat h[3];
+    gm_cuda_multi m = {.n_w = nw, .epi = epi};
+    for (int i = 0; i < nw; i++) {
+        h[i] = make_mat(type, K, Ms[i], 1.0f);
+        m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = Ms[i], .row_bytes = h[i].row_bytes,
+                               .data = dev_upload(h[i].q, h[i].row_bytes * Ms[i])};
+        m.y[i] = dev_alloc(sizeof(float) * Ms[i] * n);
+        dev_poison(m.y[i], sizeof(float) * Ms[i] * n);
+    }
+    float *y1 = m.y[1];
+    if (epi == GM_CUDA_EPI_GEGLU) m.y[1] = NULL; /* a GeGLU has one output, as the forward passes */
+    float *x = rand_vec((size_t)K * n, 2.0f), *nwt = rand_vec((size_t)K, 1.5f), *mul = rand_vec((size_t)Ms[0] * n, 2.0f);
+    for (int64_t j = 0; j < K; j++) x[K + j] *= 3.0e5f; /* column 1: beyond f16's range */
+    float *dx = dev_upload(x, sizeof(float) * K * n), *dnw = dev_upload(nwt, sizeof(float) * K);
+    float *dmul = dev_upload(mul, sizeof(float) * Ms[0] * n);
+    if (epi == GM_CUDA_EPI_GELU_MUL) m.mul = dmul;
+    if (!gm_cuda_gemm_eligible(&m, n)) fail_msg("gemm: %s n=%d not eligible", gm_type_traits_of(type)->name, n);
+    const size_t sb = gm_cuda_gemm_scratch_bytes(&m, n);
+    void *scr = dev_alloc(sb);
+    CK(gm_cuda_gemm_multi(cublas, &m, dx, norm ? dnw : NULL, 1e-6f, n, scr, sb, NULL));
+    float *xn = malloc(sizeof(float) * K);
+    for (int i = 0; i < (epi == GM_CUDA_EPI_STORE ? nw : 1); i++) {
+        float *y = malloc(sizeof(float) * Ms[i] * n);
+        double *want = malloc(sizeof(double) * Ms[i] * n);
+        dev_download(y, m.y[i], sizeof(float) * Ms[i] * n);
+        for (int c = 0; c < n; c++) {
+            if (norm) gm_ref_rmsnorm(x + (int64_t)c * K, xn, (int)K, nwt, 1e-6f);
+            else memcpy(xn, x + (int64_t)c * K, sizeof(float) * K);
+            for (int64_t r = 0; r < Ms[i]; r++) {
+                double a = 0, u = 0;
+                for (int64_t j = 0; j < K; j++) {
+                    a += (double)h[i].deq[r * K + j] * xn[j];
+                    if (epi == GM_CUDA_EPI_GEGLU) u += (double)h[1].deq[r * K + j] * xn[j];
+                }
+                if (epi == GM_CUDA_EPI_GEGLU) a = gm_ref_gelu_tanh((float)a) * u;
+                if (epi == GM_CUDA_EPI_GELU_MUL) a = gm_ref_gelu_tanh((float)a) * (double)mul[(int64_t)c * Ms[0] + r];
+                want[(int64_t)c * Ms[i] + r] = a;
+            }
+            char what[128];
+            snprintf(what, sizeof what, "gemm %s K=%lld n=%d epilogue %d norm %d matrix %d column %d",
+                     gm_type_traits_of(type)->name, (long long)K, n, epi, norm, i, c);
+            expect_rel_norm(what, y + (int64_t)c * Ms[i], want + (int64_t)c * Ms[i], (size_t)Ms[i], 1e-3);
+        }
+        free(y), free(want);
+    }
+    for (int i = 0; i < nw; i++) {
+        free_mat(&h[i]);
+        CU(cudaFree((void *)m.w[i].data));
+        CU(cudaFree(i == 1 ? y1 : m.y[i]));
+    }
+    free(x), free(nwt), free(mul), free(xn);
+    CU(cudaFree(dx)); CU(cudaFree(dnw)); CU(cudaFree(dmul)); CU(cudaFree(scr));
+}
+
+static void test_gemm(void **state) {
+    (void)state;
+    static const int types[] = {GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q4_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0,
+                                GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
+    void *cublas = NULL;
+    CK(gm_cuda_gemm_create(&cublas, NULL, 0));
+    int cases = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int epi = 0; epi < 3; epi++)
+            for (int norm = 0; norm < 2; norm++) {
+                run_gemm(cublas, types[t], 512, GM_CUDA_GEMM_MIN_N + (int)urand(40), epi, norm);
+                cases++;
+            }
+    gm_cuda_gemm_destroy(cublas);
+    printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused rmsnorm): %d cases pass (1e-3 relative in "
+           "norm vs the exact product)\n", cases);
+}
+
+/* ---- attention preparation (q/k/v norms, RoPE, cache store in one launch) against gm_ref_rmsnorm and
+ * gm_ref_rope_neox: q 5e-5 absolute (values of magnitude ~ a few), cached k/v the same plus the cache type's
+ * rounding (f16: 1e-3 relative); cache slots of other tokens untouched (still the poison). ---- */
+static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bool v_norm, bool with_kv, bool ff_on) {
+    const int T = 3, n_seq = 2, n_slots = 64, n_rot = D;
+    const size_t esz = kv_type == GM_TYPE_F16 ? 2 : 4, row = (size_t)hkv * D;
+    const size_t cache_bytes = (size_t)n_seq * n_slots * row * esz;
+    int32_t pos[3] = {5, 40, 63}, seq[3] = {0, 1, 1};
+    float *q = rand_vec((size_t)T * nh * D, 3.0f), *k = rand_vec((size_t)T * row, 3.0f), *v = rand_vec((size_t)T * row, 3.0f);
+    float *qn = rand_vec((size_t)D, 1.5f), *kn = rand_vec((size_t)D, 1.5f), *ff = malloc(sizeof(float) * D / 2);
+    for (int i = 0; i < D / 2; i++) ff[i] = i < D / 8 ? 1.0f : i < D / 4 ? 1.5f : 1e30f;
+    float *dq = dev_upload(q, sizeof(float) * T * nh * D), *dk = dev_upload(k, sizeof(float) * T * row);
+    float *dv = dev_upload(v, sizeof(float) * T * row), *dqn = dev_upload(qn, sizeof(float) * D);
+    float *dkn = dev_upload(kn, sizeof(float) * D), *dff = dev_upload(ff, sizeof(float) * D / 2);
+    int32_t *dpos = dev_upload(pos, sizeof pos), *dseq = dev_upload(seq, sizeof seq);
+    void *kc = dev_alloc(cache_bytes), *vc = dev_alloc(cache_bytes);
+    dev_poison(kc, cache_bytes), dev_poison(vc, cache_bytes);
+    const gm_cuda_kv kv = {.type = kv_type == GM_TYPE_F16 ? 1 : 0, .n_slots = n_slots, .ring = 0, .n_head_kv = hkv,
+                           .head_dim = D, .k = kc, .v = vc};
+    const float base = 1e6f, fs = 1.0f, qs = 0.5f, eps = 1e-6f;
+    const gm_cuda_prep p = {.n_tokens = T, .n_head = nh, .head_dim = D, .pos = dpos, .seq = dseq, .q = dq, .k = dk,
+                            .v = v_from_k ? NULL : dv, .kv = with_kv ? &kv : NULL, .q_norm = dqn, .k_norm = dkn,
+                            .v_norm = v_norm, .v_from_k = v_from_k, .eps = eps, .n_rot = n_rot, .base = base,
+                            .freq_scale = fs, .freq_factors = ff_on ? dff : NULL, .q_scale = qs};
+    CK(gm_cuda_attn_prep(&p, NULL));
+    float *gq = malloc(sizeof(float) * T * nh * D);
+    uint8_t *gk = malloc(cache_bytes), *gv = malloc(cache_bytes);
+    dev_download(gq, dq, sizeof(float) * T * nh * D);
+    dev_download(gk, kc, cache_bytes), dev_download(gv, vc, cache_bytes);
+    float r[1024];
+    double want[1024], tol[1024];
+    for (int t = 0; t < T; t++) {
+        for (int hh = 0; hh < nh; hh++) {
+            const size_t off = ((size_t)t * nh + hh) * D;
+            gm_ref_rmsnorm(q + off, r, D, qn, eps);
+            gm_ref_rope_neox(r, n_rot, (float)pos[t], base, fs, ff_on ? ff : NULL);
+            for (int i = 0; i < D; i++) want[i] = (double)(r[i] * qs), tol[i] = 5e-5;
+            expect_close("attn_prep q", gq + off, want, tol, (size_t)D);
+        }
+        for (int hh = 0; hh < hkv && with_kv; hh++) {
+            const size_t src = ((size_t)t * hkv + hh) * D, dst = (((size_t)seq[t] * n_slots + pos[t]) * hkv + hh) * D;
+            float got[1024];
+            for (int kind = 0; kind < 2; kind++) { /* 0: k, 1: v */
+                if (kind == 0) {
+                    gm_ref_rmsnorm(k + src, r, D, kn, eps);
+                    gm_ref_rope_neox(r, n_rot, (float)pos[t], base, fs, ff_on ? ff : NULL);
+                } else {
+                    const float *vs = (v_from_k ? k : v) + src;
+                    if (v_norm) gm_ref_rmsnorm(vs, r, D, NULL, eps);
+                    else memcpy(r, vs, sizeof(float) * D);
+                }
+                const uint8_t *cache = kind ? gv : gk;
+                for (int i = 0; i < D; i++) {
+                    got[i] = esz == 2 ? gm_f16_to_f32(((const gm_f16 *)cache)[dst + i]) : ((const float *)cache)[dst + i];
+                    want[i] = r[i], tol[i] = 5e-5 + (esz == 2 ? 1e-3 * fabs(r[i]) : 0);
+                }
+                expect_close(kind ? "attn_prep cached v" : "attn_prep cached k", got, want, tol, (size_t)D);
+            }
+        }
+    }
+    /* slots no token of the batch owns keep the poison */
+    for (int sq = 0; sq < n_seq; sq++)
+        for (int sl = 0; sl < n_slots; sl++) {
+            bool owned = false;
+            for (int t = 0; t < T; t++) owned = owned || (with_kv && seq[t] == sq && pos[t] == sl);
+            if (owned) continue;
+            const size_t off = ((size_t)sq * n_slots + sl) * row * esz;
+            for (size_t b = 0; b < row * esz; b++)
+                if (gk[off + b] != 0xFF || gv[off + b] != 0xFF) fail_msg("attn_prep wrote slot %d of sequence %d", sl, sq);
+        }
+    free(q), free(k), free(v), free(qn), free(kn), free(ff), free(gq), free(gk), free(gv);
+    CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dqn)); CU(cudaFree(dkn)); CU(cudaFree(dff));
+    CU(cudaFree(dpos)); CU(cudaFree(dseq)); CU(cudaFree(kc)); CU(cudaFree(vc));
+}
+
+static void test_attn_prep(void **state) {
+    (void)state;
+    int cases = 0;
+    for (int D = 128; D <= 512; D *= 2)
+        for (int variant = 0; variant < 5; variant++) {
+            run_attn_prep(D, 8, variant % 2 ? 1 : 2, variant < 3 ? GM_TYPE_F16 : GM_TYPE_F32, variant == 1, variant != 2,
+                          variant != 4, variant >= 2);
+            cases++;
+        }
+    printf("[ cuda     ] attention preparation (norms, RoPE, cache store): %d cases pass\n", cases);
+}
+
 int main(void) {
     const int n = gm_cuda_device_count();
     if (n <= 0) {
@@ -804,6 +1073,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

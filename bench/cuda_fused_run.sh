@@ -1,0 +1,39 @@
+#!/bin/bash
+# cuda_fused_run.sh: one call on the GPU machine for issue 4's fusion / PDL / tensor-core slice: build the CLI and
+# the CUDA tests (cmocka / cJSON from build-cuda-deps/ when the machine lacks them), run test_cuda_ops and
+# test_cuda_model (MODEL: a real-weight model small enough to carry, bench/gguf_subset.py), then `gemmac bench
+# -ngl all` on synthetic Gemma 4 files made there (`gemmac synth`), with programmatic dependent launch on and off;
+# PROFILE=1 adds a per-op profile (GEMMAC_CUDA_PROFILE) of the first preset.
+# Logs to $OUT (or /tmp/cuda_out). Usage: bench/cuda_fused_run.sh MODEL.gguf [PRESET:TYPE ...]
+#   (default presets: gemma4-e4b:q4_0)
+set -o pipefail
+OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
+MODEL=$(realpath "$1"); shift
+presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e4b:q4_0)
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader; nvcc --version | tail -1
+  nproc; date -u; } 2>&1 | tee "$OUT/env.txt"
+D=$PWD/build-cuda-deps/root/usr
+export CPATH=$D/include:$CPATH LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LIBRARY_PATH LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+gen=(); command -v make >/dev/null || gen=(-G Ninja)
+t0=$(date +%s)
+cmake -S . -B build-dev "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$D -DGEMMAC_CUDA=ON > "$OUT/build.txt" 2>&1 &&
+cmake --build build-dev -j16 --target gemmac_cli test_cuda_ops test_cuda_model >> "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+echo "build ok in $(( $(date +%s) - t0 )) s"
+rc=0
+timeout 200 ./build-dev/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
+GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
+{ for pt in "${presets[@]}"; do
+    p=${pt%%:*}; t=${pt##*:}; f=/tmp/$p-$t.gguf
+    ./build-dev/gemmac synth --preset "$p" --type "$t" -o "$f" --quiet || continue
+    echo "== $p $t ($(stat -c %s "$f" | awk '{printf "%.2f GiB", $1/1073741824}')), PDL on"
+    timeout 120 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 128 -r 3
+    echo "== $p $t, PDL off"
+    GEMMAC_CUDA_PDL=0 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -r 3
+    if [ -n "$PROFILE" ]; then
+      echo "== $p $t, profile (GEMMAC_CUDA_PROFILE=1: no CUDA graphs, an event per op)"
+      GEMMAC_CUDA_PROFILE=1 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 32 -r 1
+      PROFILE=
+    fi
+    rm -f "$f"
+  done; } 2>&1 | tee "$OUT/bench.txt"
+exit $rc
