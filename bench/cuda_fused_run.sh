@@ -3,7 +3,8 @@
 # the CUDA tests (cmocka / cJSON from build-cuda-deps/ when the machine lacks them), run test_cuda_ops and
 # test_cuda_model (MODEL: a real-weight model small enough to carry, bench/gguf_subset.py), then `gemmac bench
 # -ngl all` on synthetic Gemma 4 files made there (`gemmac synth`), with programmatic dependent launch on and off;
-# PROFILE=1 adds a per-op profile (GEMMAC_CUDA_PROFILE) of the first preset.
+# PROFILE=1 adds a per-op profile (GEMMAC_CUDA_PROFILE) of the first preset; NPL=1,8,64 adds batched decoding
+# (-npl) at depth DEPTH (default 1024).
 # Logs to $OUT (or /tmp/cuda_out). Usage: bench/cuda_fused_run.sh MODEL.gguf [PRESET:TYPE ...]
 #   (default presets: gemma4-e4b:q4_0)
 set -o pipefail
@@ -29,6 +30,10 @@ GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/mod
     timeout 120 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 128 -r 3
     echo "== $p $t, PDL off"
     GEMMAC_CUDA_PDL=0 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -r 3
+    if [ -n "$NPL" ]; then
+      echo "== $p $t, batched decoding at depth ${DEPTH:-1024}"
+      timeout 200 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -npl "$NPL" -d "${DEPTH:-1024}" -r 2
+    fi
     if [ -n "$PROFILE" ]; then
       echo "== $p $t, profile (GEMMAC_CUDA_PROFILE=1: no CUDA graphs, an event per op)"
       GEMMAC_CUDA_PROFILE=1 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 32 -r 1

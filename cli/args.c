@@ -148,6 +148,11 @@ bool cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o) {
             else if (cli_int(v, 0, 100000, &l)) o->n_gpu_layers = (int32_t)l;
             else BAD_VALUE("a layer count or 'all'");
         }
+        else if (bench && !strcmp(a, "-npl")) { NEED_VALUE(); o->bench_npl = v; }
+        else if (bench && (!strcmp(a, "-d") || !strcmp(a, "--n-depth"))) {
+            NEED_VALUE();
+            if (cli_int(v, 0, 1 << 20, &l)) o->bench_depth = (int32_t)l; else BAD_VALUE("a depth (0 or more positions)");
+        }
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             NEED_VALUE();
             if (cli_int(v, 1, 1000, &l)) o->reps = (int32_t)l; else BAD_VALUE("a repetition count in [1, 1000]");

@@ -37,7 +37,9 @@ static void usage(FILE *f) {
             "  --tokens 2,651,..  use these token ids as the prompt (no tokenizer)\n"
             "  --ids              print only the generated token ids, space-separated\n"
             "bench options:\n"
-            "  -p 512 -n 128 -r 5 (lists allowed: -p 128,512)\n"
+            "  -p 512 -n 128 -r 5 (lists allowed: -p 128,512)   -d N: start each test with N positions cached\n"
+            "  -npl 1,8,64,256    batched decoding: that many sequences advance together for -n steps;\n"
+            "                     aggregate tokens/s and GB/s read (weights + KV) against the copy bandwidth\n"
             "logits options:\n"
             "  --tokens 2,651,.. --out FILE   float32 little-endian, n_tokens rows x n_vocab\n");
 }

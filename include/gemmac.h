@@ -66,6 +66,11 @@ typedef struct gemmac_model_info {
     int32_t n_ctx_train, sliding_window;
     uint64_t n_params;               /* elements in all tensors */
     uint64_t weight_bytes;           /* bytes of all tensors as stored */
+    uint64_t step_weight_bytes;      /* bytes of weights one decoding step reads: all but the tables only looked up
+                                        row by row (per-layer embeddings; the token embedding when the output head
+                                        has its own matrix) */
+    uint64_t kv_pos_bytes_full;      /* f16 K+V bytes per position over the layers with full attention */
+    uint64_t kv_pos_bytes_sliding;   /* the same over sliding-window layers (they keep sliding_window positions) */
     gemmac_token bos, eos, eot;      /* -1 when absent */
     bool has_tokenizer;              /* false: a Hugging Face directory without tokenizer.json (token ids only) */
 } gemmac_model_info;
@@ -165,6 +170,11 @@ GEMMAC_API const float *gemmac_ctx_logits(const gemmac_ctx *ctx, int32_t i);
 GEMMAC_API gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *ctx, int32_t seq_id, int32_t pos0);
 /* Next position of a sequence (= the number of positions it holds). */
 GEMMAC_API int32_t gemmac_ctx_seq_len(const gemmac_ctx *ctx, int32_t seq_id);
+/* Makes sequence dst a copy of sequence src (its cache and length; a shared prompt decoded once). */
+GEMMAC_API gemmac_status gemmac_ctx_seq_copy(gemmac_ctx *ctx, int32_t src, int32_t dst);
+/* The measured bandwidth of a copy within the memory the context computes in (device memory for -ngl all), in
+ * GB/s of bytes read plus written; 0 when unknown. For benchmarks: takes a moment and waits for the device. */
+GEMMAC_API double gemmac_ctx_copy_gbps(gemmac_ctx *ctx);
 
 /* ==== Sampler (llama.cpp's names and defaults) ==== */
 typedef struct gemmac_sampler gemmac_sampler;

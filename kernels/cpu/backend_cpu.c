@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/threadpool.h"
 #include "model/backend.h"
@@ -284,12 +285,45 @@ static void cpu_softcap(gm_backend *b, float *z, int64_t n, float c) {
     parallel_for(cpu(b), n, 4096, softcap_range, &r);
 }
 
+/* ---- scale, add_scale (Gemma 4, Gemma 3n) ---- */
+typedef struct scale_ctx {
+    float *y;
+    const float *x;
+    float s;
+} scale_ctx;
+
+static void scale_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    scale_ctx *r = p;
+    for (long i = b; i < e; i++) r->y[i] *= r->s;
+}
+
+static void cpu_scale(gm_backend *b, float *x, int64_t n, float s) {
+    scale_ctx r = {.y = x, .s = s};
+    parallel_for(cpu(b), n, 16384, scale_range, &r);
+}
+
+static void add_scale_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    scale_ctx *r = p;
+    for (long i = b; i < e; i++) r->y[i] = (r->y[i] + r->x[i]) * r->s;
+}
+
+static void cpu_add_scale(gm_backend *b, float *y, const float *x, int64_t n, float s) {
+    scale_ctx r = {.y = y, .x = x, .s = s};
+    parallel_for(cpu(b), n, 16384, add_scale_range, &r);
+}
+
 /* ---- project ---- */
 /* The ops above in the order the unfused forward called them, so results are its own bit for bit. Every step
  * is per token, so a batch wider than the scratch reserve() sized goes through in chunks of tokens. */
 static void cpu_project(gm_backend *b, const gm_proj_args *p) {
     cpu_backend *c = cpu(b);
     const int64_t d = p->w[0]->ne[0], m = p->w[0]->ne[1];
+    if (p->res_add) {
+        cpu_rmsnorm_add(b, p->x, p->res_add, p->n, (int32_t)d, p->res_norm, p->eps);
+        if (p->res_scale != 1.0f) cpu_scale(b, p->x, p->n * d, p->res_scale);
+    }
     const int64_t xn_row = p->norm ? d : 0, up_row = p->act == GM_PROJ_GEGLU ? p->w[1]->ne[1] : 0;
     const int64_t per_chunk = (xn_row + up_row) ? (int64_t)c->proj_floats / (xn_row + up_row) : p->n;
     for (int32_t t0 = 0; t0 < p->n && per_chunk > 0; t0 += (int32_t)per_chunk) {
@@ -444,35 +478,7 @@ static void cpu_free(gm_backend *b) {
     free(c);
 }
 
-/* ---- Gemma 4: scale, add_scale, moe ---- */
-typedef struct scale_ctx {
-    float *y;
-    const float *x;
-    float s;
-} scale_ctx;
-
-static void scale_range(void *p, long b, long e, int ith) {
-    (void)ith;
-    scale_ctx *r = p;
-    for (long i = b; i < e; i++) r->y[i] *= r->s;
-}
-
-static void cpu_scale(gm_backend *b, float *x, int64_t n, float s) {
-    scale_ctx r = {.y = x, .s = s};
-    parallel_for(cpu(b), n, 16384, scale_range, &r);
-}
-
-static void add_scale_range(void *p, long b, long e, int ith) {
-    (void)ith;
-    scale_ctx *r = p;
-    for (long i = b; i < e; i++) r->y[i] = (r->y[i] + r->x[i]) * r->s;
-}
-
-static void cpu_add_scale(gm_backend *b, float *y, const float *x, int64_t n, float s) {
-    scale_ctx r = {.y = y, .x = x, .s = s};
-    parallel_for(cpu(b), n, 16384, add_scale_range, &r);
-}
-
+/* ---- Gemma 4: moe ---- */
 /* Routing per token (scalar reference), then per expert that any token chose: its tokens gathered, the
  * expert's gate, up and down slices as 2-D weight views through the threaded matmul, the weighted result
  * added to each token's row (experts in increasing index, as transformers adds them). */
@@ -609,9 +615,47 @@ static void cpu_altup_correct(gm_backend *b, const float *pred, const float *act
     parallel_for(cpu(b), n, 4, altup_correct_range, &a);
 }
 
+static void cpu_copy_bytes(gm_backend *b, void *dst, const void *src, size_t n) {
+    (void)b;
+    memcpy(dst, src, n);
+}
+
+/* Copies of 256 MiB split over the workers, best of 4 (bytes read + written per second). */
+typedef struct copy_job {
+    uint8_t *dst;
+    const uint8_t *src;
+} copy_job;
+static void copy_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    const copy_job *j = p;
+    memcpy(j->dst + (b << 20), j->src + (b << 20), (size_t)(e - b) << 20);
+}
+static double cpu_copy_gbps(gm_backend *b) {
+    const size_t n = (size_t)256 << 20;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    double best = 0;
+    if (src && dst) {
+        memset(src, 1, n), memset(dst, 0, n);
+        copy_job j = {dst, src};
+        for (int r = 0; r < 4; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            parallel_for(cpu(b), (long)(n >> 20), 1, copy_range, &j);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            if (s > 0 && 2.0 * n / s / 1e9 > best) best = 2.0 * n / s / 1e9;
+        }
+    }
+    free(src);
+    free(dst);
+    return best;
+}
+
 static const gm_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
+    .copy_bytes = cpu_copy_bytes,
+    .copy_gbps = cpu_copy_gbps,
     .alloc_bytes = cpu_alloc_bytes,
     .free_bytes = cpu_free_bytes,
     .begin_batch = cpu_begin_batch,

@@ -15,7 +15,7 @@
 
 #include "common_cuda.cuh"
 
-enum { ATT_THREADS = 128, ATT_CHUNK = 64, ATT_MIN_SPLIT = 64 };
+enum { ATT_THREADS = 128, ATT_CHUNK = 128, ATT_MIN_SPLIT = 64 };
 
 /* ---- KV store ---- */
 template <typename KV>
@@ -200,9 +200,11 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
 
 /* ---- split attention ----
  * Block (split, kvh, t): query heads kvh·G .. kvh·G + G-1 of token t against visible keys j0..j1-1 (key
- * position lo + j). Scores: warp w takes keys w, w+4, ... of a chunk; lane l holds elements of chunks
- * (i·32 + l)·VE; the G dot products are reduced across the warp. Softmax: warp w updates heads w, w+4, ...
- * Values: thread t owns output dims t·DPT .. +DPT-1 of every head. */
+ * position lo + j), in chunks of ATT_CHUNK = ATT_THREADS keys. Scores: thread i takes key i of the chunk whole
+ * (its row read in 16-byte pieces, the G queries from shared memory, broadcast): no reductions across lanes, so
+ * a chunk's scores cost one key's latency (the earlier one-warp-per-key layout spent ~0.3 us of shuffles per key
+ * and made multi-token batches latency-bound: 378 us per E4B layer at pp512). Softmax: warp w updates heads
+ * w, w+4, ... Values: thread t owns output dims t·DPT .. +DPT-1 of every head. */
 template <typename KV, int D, int G>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const KV *__restrict__ kc, const KV *__restrict__ vc, int n_slots, int ring, int n_head_kv,
@@ -210,10 +212,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     int n_splits, const float *__restrict__ q, float *__restrict__ out, float *__restrict__ part_acc,
     float2 *__restrict__ part_ml) {
     gmc_pdl_wait();
-    constexpr int VE = (sizeof(KV) == 2 ? 8 : 4) < D / 32 ? (sizeof(KV) == 2 ? 8 : 4) : D / 32; /* <= 16 B loads */
-    constexpr int NCH = D / (32 * VE);           /* lane chunks per key row */
+    constexpr int VE = sizeof(KV) == 2 ? 8 : 4; /* values per 16-byte load */
     constexpr int DPT = D / ATT_THREADS;         /* output dims per thread */
-    static_assert(D % (32 * VE) == 0 && D % ATT_THREADS == 0, "head dim");
+    static_assert(D % VE == 0 && D % ATT_THREADS == 0 && ATT_CHUNK == ATT_THREADS, "head dim");
     __shared__ __align__(16) float q_s[G][D];
     __shared__ float p_s[G][ATT_CHUNK];
     __shared__ float m_s[G], l_s[G], a_s[G];
@@ -239,16 +240,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const size_t seq_base = (size_t)sq * n_slots;
     for (int c0 = j0; c0 < j1; c0 += ATT_CHUNK) {
         const int cn = min(ATT_CHUNK, j1 - c0);
-        for (int jj = warp; jj < cn; jj += ATT_THREADS / 32) {
+        const int jj = threadIdx.x;
+        if (jj < cn) {
             const int kp = lo + c0 + jj;
             const int slot = ring ? kp % n_slots : kp;
             const KV *krow = kc + ((seq_base + slot) * n_head_kv + kvh) * D;
             float s[G];
 #pragma unroll
             for (int g = 0; g < G; g++) s[g] = 0.0f;
-#pragma unroll
-            for (int ci = 0; ci < NCH; ci++) {
-                const int e0 = (ci * 32 + lane) * VE;
+#pragma unroll 4
+            for (int e0 = 0; e0 < D; e0 += VE) {
                 float kv[VE];
                 ld_kv<KV, VE>(krow + e0, kv);
 #pragma unroll
@@ -257,22 +258,26 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
                     for (int e = 0; e < VE; e++) s[g] = fmaf(q_s[g][e0 + e], kv[e], s[g]);
             }
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                const float v = gmc_warp_sum(s[g]);
-                if (lane == 0) p_s[g][jj] = v;
-            }
+            for (int g = 0; g < G; g++) p_s[g][jj] = s[g];
         }
         __syncthreads();
         for (int g = warp; g < G; g += ATT_THREADS / 32) {
-            const float v0 = lane < cn ? p_s[g][lane] : -INFINITY;
-            const float v1 = lane + 32 < cn ? p_s[g][lane + 32] : -INFINITY;
+            float v[ATT_CHUNK / 32], mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < ATT_CHUNK / 32; i++) {
+                v[i] = lane + 32 * i < cn ? p_s[g][lane + 32 * i] : -INFINITY;
+                mx = fmaxf(mx, v[i]);
+            }
             const float m_old = m_s[g];
-            const float m_new = fmaxf(m_old, gmc_warp_max(fmaxf(v0, v1)));
-            const float e0 = lane < cn ? expf(v0 - m_new) : 0.0f;
-            const float e1 = lane + 32 < cn ? expf(v1 - m_new) : 0.0f;
-            p_s[g][lane] = e0;
-            p_s[g][lane + 32] = e1;
-            const float sum = gmc_warp_sum(e0 + e1);
+            const float m_new = fmaxf(m_old, gmc_warp_max(mx));
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < ATT_CHUNK / 32; i++) {
+                const float e = lane + 32 * i < cn ? expf(v[i] - m_new) : 0.0f;
+                p_s[g][lane + 32 * i] = e;
+                sum += e;
+            }
+            sum = gmc_warp_sum(sum);
             if (lane == 0) {
                 const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
                 l_s[g] = l_s[g] * alpha + sum;

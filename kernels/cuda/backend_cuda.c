@@ -271,13 +271,16 @@ static bool graph_skip(cuda_backend *c, const uint64_t *v, size_t n) {
  * from one op's event to the next is that op's, including launch gaps (with PDL, the overlap goes to the op
  * before). Ops are labelled by name, matrix ops by their weight (layer number dropped), forwards of one token
  * ("tg") apart from longer ones ("pp"). When the backend is freed the table goes to stderr: per label the
- * calls per forward, microseconds per call, milliseconds per forward and, for weights, GB/s of weight bytes. */
+ * calls per forward, microseconds per call, milliseconds per forward and, for weights, GB/s of weight bytes.
+ * Forwards that upload weights or grow scratch (warm-ups) are left out. */
 enum { PROF_EVENTS = 16384, PROF_LABELS = 128 };
 struct prof {
     cudaEvent_t ev[PROF_EVENTS];
     int16_t lab[PROF_EVENTS];
     int n_ev;
     bool single;                             /* the forward in flight has one token */
+    uint64_t gen;                            /* c->gen when it began: a forward that uploaded weights or grew
+                                                scratch (a warm-up) is left out */
     struct { char name[64]; double ms; long calls; uint64_t bytes; } l[PROF_LABELS];
     int n_lab;
     long forwards[2];                        /* tg, pp */
@@ -319,6 +322,10 @@ static void prof_collect(cuda_backend *c) {
     if (!p || p->n_ev == 0) return;
     prof_mark(c, sizeof k_op_names / sizeof k_op_names[0] - 1, NULL, 0);
     cudaEventSynchronize(p->ev[p->n_ev - 1]);
+    if (p->gen != c->gen) { /* a warm-up forward */
+        p->n_ev = 0;
+        return;
+    }
     for (int i = 0; i + 1 < p->n_ev; i++) {
         float ms = 0;
         if (cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]) == cudaSuccess) {
@@ -513,7 +520,7 @@ static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm
     cuda_backend *c = cb(b);
     if (!c->failed) cu_ok(c, cudaSetDevice(c->device), "cudaSetDevice");
     const size_t nt = (size_t)bi->n_tokens, no = (size_t)bi->n_out, need = 3 * nt + no;
-    if (c->prof) c->prof->single = bi->n_tokens == 1;
+    if (c->prof) c->prof->single = bi->n_tokens == 1, c->prof->gen = c->gen;
     if (!c->failed && ints_reserve(c, need)) {
         /* the previous copy must have left the staging area before it is overwritten */
         if (c->ints_pending && cu_ok(c, cudaEventSynchronize(c->ints_copied), "waiting for the last batch copy"))
@@ -571,6 +578,41 @@ static void cuda_free_bytes(gm_backend *b, void *p) {
     if (p) cudaFree(p);
 }
 
+static void cuda_copy_bytes(gm_backend *b, void *dst, const void *src, size_t n) {
+    cuda_backend *c = cb(b);
+    graph_abort(c);
+    if (!c->failed && n)
+        cu_ok(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream), "copying a KV cache");
+}
+
+/* A device-to-device copy of 1 GiB, best of 5 (bytes read + written per second). */
+static double cuda_copy_gbps(gm_backend *b) {
+    cuda_backend *c = cb(b);
+    const size_t n = (size_t)1 << 30;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 0;
+    if (!c->failed && cudaMalloc(&src, n) == cudaSuccess && cudaMalloc(&dst, n) == cudaSuccess &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        cudaMemsetAsync(src, 1, n, c->stream);
+        for (int r = 0; r < 6; r++) {
+            cudaEventRecord(e0, c->stream);
+            cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream);
+            cudaEventRecord(e1, c->stream);
+            float ms = 0;
+            if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && r > 0 &&
+                ms > 0 && 2.0 * n / (ms * 1e6) > best)
+                best = 2.0 * n / (ms * 1e6);
+        }
+    }
+    cudaGetLastError(); /* a failed allocation here is not the forward's failure */
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
+    return best;
+}
+
 /* The one synchronisation of a forward: the copy, then the stream (errors of earlier kernels surface here). */
 static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
     cuda_backend *c = cb(b);
@@ -600,19 +642,16 @@ static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_
 
 /* The tensor-core path for m over n >= GM_CUDA_GEMM_MIN_N columns (see ops_cuda.h): true when it ran (or
  * failed, recorded); false when m is not eligible and the caller should take the matvec path. */
-static bool gemm_path(cuda_backend *c, const gm_cuda_multi *m, const float *x, const float *norm, float eps,
-                      int32_t n) {
-    if (!gm_cuda_gemm_eligible(m, n)) return false;
+static bool gemm_path(cuda_backend *c, const gm_cuda_multi *m, const gm_cuda_act_in *in) {
+    if (!gm_cuda_gemm_eligible(m, in->n)) return false;
     if (!c->cublas) {
         graph_abort(c);
         enum { WS_BYTES = 32 << 20 };
         if (!cu_ok(c, cudaMalloc(&c->cublas_ws, WS_BYTES), "cuBLAS workspace")) return true;
         if (!k_ok(c, gm_cuda_gemm_create(&c->cublas, c->cublas_ws, WS_BYTES), "cuBLAS")) return true;
     }
-    if (!grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, n), "GEMM scratch")) return true;
-    const float *dw = wvec(c, norm, m->w[0].ne0);
-    if (!c->failed)
-        k_ok(c, gm_cuda_gemm_multi(c->cublas, m, x, dw, eps, n, c->gemm, c->gemm_bytes, c->stream), "GEMM");
+    if (grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, in->n), "GEMM scratch"))
+        k_ok(c, gm_cuda_gemm_multi(c->cublas, m, in, c->gemm, c->gemm_bytes, c->stream), "GEMM");
     return true;
 }
 
@@ -623,7 +662,8 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
     gm_cuda_mat m;
     if (c->failed || !wmat(c, w, &m)) return;
     const gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
-    if (gemm_path(c, &one, x, NULL, 0.0f, n)) return;
+    const gm_cuda_act_in in = {.x = (float *)x, .K = m.ne0, .n = n, .res_scale = 1.0f}; /* read only: no update */
+    if (gemm_path(c, &one, &in)) return;
     const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
     if (need && !grow(c, &c->mm, &c->mm_bytes, need, "matmul scratch")) return;
     const int rc = gm_cuda_matmul(&m, x, n, y, c->mm, c->mm_bytes, c->stream);
@@ -642,7 +682,8 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
 static void cuda_project(gm_backend *b, const gm_proj_args *p) {
     cuda_backend *c = cb(b);
     const int32_t nw = p->n_w;
-    GRAPH_OP(c, 19, PB(p->x), IB(p->n), PB(p->norm), fbits(p->eps), IB(p->act), PB(p->mul), IB(nw),
+    GRAPH_OP(c, 19, PB(p->x), IB(p->n), PB(p->res_add), PB(p->res_norm), fbits(p->res_scale), PB(p->norm),
+             fbits(p->eps), IB(p->act), PB(p->mul), IB(nw),
              PB(nw > 0 ? p->w[0]->data : NULL), PB(nw > 1 ? p->w[1]->data : NULL), PB(nw > 2 ? p->w[2]->data : NULL),
              PB(p->y[0]), PB(nw > 1 ? p->y[1] : NULL), PB(nw > 2 ? p->y[2] : NULL));
     if (c->prof && nw > 0) {
@@ -662,8 +703,11 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
         if (!wmat(c, p->w[i], &m.w[i])) return;
         m.y[i] = p->y[i];
     }
-    if (gemm_path(c, &m, p->x, p->norm, p->eps, p->n)) return;
     const int64_t K = m.w[0].ne0;
+    const gm_cuda_act_in in = {.x = p->x, .K = K, .n = p->n, .res_add = p->res_add,
+                               .res_w = p->res_add ? wvec(c, p->res_norm, K) : NULL, .res_scale = p->res_scale,
+                               .norm = p->norm != NULL, .w = wvec(c, p->norm, K), .eps = p->eps};
+    if (c->failed || gemm_path(c, &m, &in)) return;
     const int32_t act_type = gm_cuda_act_type(m.w[0].type);
     bool same = true, one_act = true;
     for (int32_t i = 1; i < nw; i++) {
@@ -678,14 +722,9 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
     const size_t q_off = (up_off + up_bytes + 255) / 256 * 256;
     const size_t q_bytes = one_act ? 0 : gm_cuda_matmul_scratch_bytes(K, p->n);
     if (!grow(c, &c->proj, &c->proj_bytes, q_off + q_bytes, "project scratch")) return;
-    const float *dw = wvec(c, p->norm, K);
-    if (c->failed) return;
     const void *act = p->x;
-    if (p->norm || (one_act && act_type >= 0)) {
-        const int32_t t = one_act ? act_type : -1;
-        const int rc = p->norm ? gm_cuda_rmsnorm_quantize(p->x, K, p->n, dw, p->eps, t, c->proj, c->stream)
-                               : gm_cuda_quantize_act(p->x, K, p->n, t, c->proj, c->stream);
-        if (!k_ok(c, rc, "project input")) return;
+    if (p->norm || p->res_add || (one_act && act_type >= 0)) { /* else the f32 x as it is */
+        if (!k_ok(c, gm_cuda_prepare_act(&in, one_act ? act_type : -1, c->proj, c->stream), "project input")) return;
         act = c->proj;
     }
     if (same) {
@@ -924,6 +963,8 @@ static const gm_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .rmsnorm_add = cuda_rmsnorm_add,
     .project = cuda_project,
+    .copy_bytes = cuda_copy_bytes,
+    .copy_gbps = cuda_copy_gbps,
     .rope = cuda_rope,
     .gelu_mul = cuda_gelu_mul,
     .softcap = cuda_softcap,

@@ -82,6 +82,22 @@ __device__ __forceinline__ float gmc_row_rms_scale(const float *xr, int d, float
     return 1.0f / sqrtf(total / (float)d + eps);
 }
 
+/* The residual update of a prepared projection input (gm_cuda_act_in), for a whole block on one row:
+ * xr += rmsnorm(add) · w (w NULL: no weight), then xr *= s unless s is 1; the arithmetic of rmsnorm_add and scale,
+ * written back and visible to the whole block on return. */
+__device__ __forceinline__ void gmc_residual_update(float *xr, const float *add, const float *w, float s, int d,
+                                                    float eps) {
+    const float rs = gmc_row_rms_scale(add, d, eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = __fmul_rn(add[i], rs);
+        if (w) v = __fmul_rn(v, w[i]);
+        float y = __fadd_rn(xr[i], v);
+        if (s != 1.0f) y = __fmul_rn(y, s);
+        xr[i] = y;
+    }
+    __syncthreads();
+}
+
 /* gelu_tanh(x) with the reference's operation order (kernels/ref). */
 __device__ __forceinline__ float gmc_gelu_tanh(float x) {
     const float k = 0.79788456080286535588f;

@@ -64,18 +64,21 @@ __global__ void convert_f16_kernel(const uint8_t *__restrict__ W, uint64_t row_b
     else out[g] = __float2half_rn(TYPE == GMC_BF16 ? gmc_bf2f(((const uint16_t *)r)[j]) : ((const float *)r)[j]);
 }
 
-/* ---- activations -> f16: one block of 256 threads per column; v = (x · rms) · w when norm, scaled by 2^-e with
- * e = the exponent of max |v| minus 15 (so |v| · 2^-e < 2^15), the scale 2^e kept for the epilogue. ---- */
-__global__ void __launch_bounds__(256) act_f16_kernel(const float *__restrict__ x, int K, const float *__restrict__ w,
-                                                      float eps, int norm, __half *__restrict__ out,
+/* ---- activations -> f16: one block of 256 threads per column; the input prepared as act_prep_kernel
+ * (matmul_cuda.cu) does (residual update, rmsnorm), then scaled by 2^-e with e = the exponent of max |v| minus
+ * 15 (so |v| · 2^-e < 2^15), the scale 2^e kept for the epilogue. ---- */
+__global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
                                                       float *__restrict__ col_scale) {
     gmc_pdl_wait();
     const int64_t c = blockIdx.x;
-    const float *xr = x + c * K;
-    const float rs = norm ? gmc_row_rms_scale(xr, K, eps) : 1.0f;
+    const int K = (int)in.K;
+    float *xr = in.x + c * K;
+    if (in.res_add) gmc_residual_update(xr, in.res_add + c * K, in.res_w, in.res_scale, K, in.eps);
+    const float rs = in.norm ? gmc_row_rms_scale(xr, K, in.eps) : 1.0f;
+    const float *w = in.norm ? in.w : NULL; /* the norm's weight: none without the norm */
     float amax = 0.0f;
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        float v = norm ? __fmul_rn(xr[i], rs) : xr[i];
+        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
         if (w) v = __fmul_rn(v, w[i]);
         amax = fmaxf(amax, fabsf(v));
     }
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const float *__restrict__ 
         e -= 15;
     }
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        float v = norm ? __fmul_rn(xr[i], rs) : xr[i];
+        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
         if (w) v = __fmul_rn(v, w[i]);
         out[c * K + i] = __float2half_rn(ldexpf(v, -e));
     }
@@ -102,6 +105,7 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const float *__restrict__ 
 struct GemmEpi {
     float *y[3];
     int64_t m_end[3]; /* stacked row bounds of the segments */
+    int64_t ldy[3];   /* values per column of each y */
     int n_seg, epi;
     const float *mul;
 };
@@ -117,15 +121,15 @@ __global__ void gemm_epilogue_kernel(const float *__restrict__ Y, int64_t Mtot, 
     if (e.epi == GM_CUDA_EPI_GEGLU) {
         const int64_t F = e.m_end[0];
         const float gate = __fmul_rn(yc[g], s), up = __fmul_rn(yc[F + g], s);
-        e.y[0][c * F + g] = __fmul_rn(gmc_gelu_tanh(gate), up);
+        e.y[0][c * e.ldy[0] + g] = __fmul_rn(gmc_gelu_tanh(gate), up);
         return;
     }
     int sg = 0;
     while (sg + 1 < e.n_seg && g >= e.m_end[sg]) sg++;
-    const int64_t m0 = sg ? e.m_end[sg - 1] : 0, M = e.m_end[sg] - m0;
+    const int64_t m0 = sg ? e.m_end[sg - 1] : 0, ld = e.ldy[sg];
     float v = __fmul_rn(yc[g], s);
-    if (e.epi == GM_CUDA_EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), e.mul[c * M + (g - m0)]);
-    e.y[sg][c * M + (g - m0)] = v;
+    if (e.epi == GM_CUDA_EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), e.mul[c * ld + (g - m0)]);
+    e.y[sg][c * ld + (g - m0)] = v;
 }
 
 /* ---- host side ---- */
@@ -139,9 +143,24 @@ static int gemm_type_ok(int type) {
     }
 }
 
-/* Stacked f16 weights of at most 2^28 values (512 MiB; a 31B feed-forward pair is 231M): a larger matrix (an LM
- * head over many rows) stays on the matvec path. */
-enum { GEMM_MAX_WEIGHTS_LOG2 = 28 };
+/* Stacked f16 weights of at most 2^28 values (512 MiB; a 31B feed-forward pair is 231M); a single matrix
+ * without epilogue beyond that (an LM head over many rows) goes through in chunks of rows of that size. */
+static int g_max_weights_log2 = 28;
+
+extern "C" void gm_cuda_set_gemm_chunk_log2(int log2_values) {
+    g_max_weights_log2 = log2_values >= 10 && log2_values <= 30 ? log2_values : 28;
+}
+
+static int64_t chunk_rows(const gm_cuda_multi *m) {
+    int64_t cap = ((int64_t)1 << g_max_weights_log2) / m->w[0].ne0;
+    if (cap < 1) cap = 1;
+    if (m->n_w != 1 || m->epi != GM_CUDA_EPI_STORE || m->w[0].ne1 <= cap) {
+        int64_t mtot = 0;
+        for (int i = 0; i < m->n_w; i++) mtot += m->w[i].ne1;
+        return mtot;
+    }
+    return cap;
+}
 
 extern "C" int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n) {
     if (n < GM_CUDA_GEMM_MIN_N || !m || m->n_w < 1) return 0;
@@ -152,12 +171,11 @@ extern "C" int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n) {
 
         values += w->ne1 * w->ne0;
     }
-    return values <= ((int64_t)1 << GEMM_MAX_WEIGHTS_LOG2);
+    return values <= ((int64_t)1 << g_max_weights_log2) || (m->n_w == 1 && m->epi == GM_CUDA_EPI_STORE);
 }
 
 extern "C" size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n) {
-    int64_t mtot = 0;
-    for (int i = 0; i < m->n_w; i++) mtot += m->w[i].ne1;
+    const int64_t mtot = chunk_rows(m); /* rows of one GEMM */
     const int64_t K = m->w[0].ne0;
     return align256((size_t)mtot * K * 2) + align256((size_t)n * K * 2) + align256((size_t)n * sizeof(float)) +
            align256((size_t)n * mtot * sizeof(float));
@@ -193,58 +211,72 @@ static const __half *weights_f16(const gm_cuda_mat *w, __half *out, cudaStream_t
     return out;
 }
 
-extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const float *x, const float *norm_w,
-                                  float eps, int32_t n, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
-    if (!cublas || !m || !x || !gm_cuda_gemm_eligible(m, n) ||
+extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
+                                  size_t scratch_bytes, gm_cuda_stream stream) {
+    const int32_t n = in ? in->n : 0;
+    if (!cublas || !m || !in || !in->x || !gm_cuda_gemm_eligible(m, n) || in->K != m->w[0].ne0 ||
         (m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1)) ||
         (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
         return gmc_fail(-1, "gemm_multi: bad arguments");
     if (!scratch || scratch_bytes < gm_cuda_gemm_scratch_bytes(m, n))
         return gmc_fail(-1, "gemm_multi: scratch of %zu bytes, %zu needed", scratch_bytes,
                         gm_cuda_gemm_scratch_bytes(m, n));
-    const int64_t K = m->w[0].ne0;
+    const int64_t K = m->w[0].ne0, rows = chunk_rows(m);
     int64_t mtot = 0;
     GemmEpi e = {};
     e.n_seg = m->n_w, e.epi = m->epi, e.mul = m->mul;
     for (int i = 0; i < m->n_w; i++) {
         if (m->w[i].ne0 != K) return gmc_fail(-1, "gemm_multi: matrices of different widths");
         mtot += m->w[i].ne1;
-        e.y[i] = m->y[i], e.m_end[i] = mtot;
+        e.y[i] = m->y[i], e.m_end[i] = mtot, e.ldy[i] = m->w[i].ne1;
     }
     uint8_t *p = (uint8_t *)scratch;
     __half *wf = (__half *)p;
-    p += align256((size_t)mtot * K * 2);
+    p += align256((size_t)rows * K * 2);
     __half *xf = (__half *)p;
     p += align256((size_t)n * K * 2);
     float *cs = (float *)p;
     p += align256((size_t)n * sizeof(float));
     float *Y = (float *)p;
-    const __half *W = wf;
-    int64_t row0 = 0;
-    for (int i = 0; i < m->n_w; i++) {
-        __half *slot = wf + (size_t)row0 * K;
-        const __half *wi = weights_f16(&m->w[i], slot, stream);
-        if (wi != slot) { /* dense f16 weights: used in place when alone, else copied into the stack */
-            if (m->n_w == 1) W = wi;
-            else if (cudaMemcpyAsync(slot, wi, (size_t)m->w[i].ne1 * K * 2, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
-                return gmc_fail(-1, "gemm_multi: copying f16 weights failed");
-        }
-        row0 += m->w[i].ne1;
-    }
-    gmc_launch(act_f16_kernel, (unsigned)n, 256, 0, stream, x, (int)K, norm_w, eps, norm_w ? 1 : 0, xf, cs);
+    gmc_launch(act_f16_kernel, (unsigned)n, 256, 0, stream, *in, xf, cs);
     int rc = gmc_check_launch("gemm_multi convert");
     if (rc) return rc;
     cublasHandle_t h = (cublasHandle_t)cublas;
     if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasSetStream failed");
-    const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)mtot, n, (int)K, &one, W, CUDA_R_16F,
-                                           (int)K, xf, CUDA_R_16F, (int)K, &zero, Y, CUDA_R_32F, (int)mtot,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasGemmEx failed (status %d)", (int)st);
-    const int64_t out_rows = m->epi == GM_CUDA_EPI_GEGLU ? m->w[0].ne1 : mtot;
-    gmc_launch(gemm_epilogue_kernel, dim3((unsigned)((out_rows + 255) / 256), (unsigned)n), 256, 0, stream,
-               (const float *)Y, mtot, out_rows, (const float *)cs, e);
-    return gmc_check_launch("gemm_multi epilogue");
+    /* chunks of rows: the whole stack at once, except a single large matrix (rows < mtot) */
+    for (int64_t r0 = 0; r0 < mtot; r0 += rows) {
+        const int64_t nr = mtot - r0 < rows ? mtot - r0 : rows;
+        const __half *W = wf;
+        if (nr < mtot || m->n_w == 1) { /* one matrix, rows r0 .. r0 + nr */
+            gm_cuda_mat part = m->w[0];
+            part.data = (const uint8_t *)part.data + (uint64_t)r0 * part.row_bytes;
+            part.ne1 = nr;
+            W = weights_f16(&part, wf, stream);
+        } else {
+            int64_t row0 = 0;
+            for (int i = 0; i < m->n_w; i++) {
+                __half *slot = wf + (size_t)row0 * K;
+                const __half *wi = weights_f16(&m->w[i], slot, stream);
+                if (wi != slot && /* dense f16 weights: copied into the stack */
+                    cudaMemcpyAsync(slot, wi, (size_t)m->w[i].ne1 * K * 2, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+                    return gmc_fail(-1, "gemm_multi: copying f16 weights failed");
+                row0 += m->w[i].ne1;
+            }
+        }
+        const float one = 1.0f, zero = 0.0f;
+        const cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)K, &one, W, CUDA_R_16F,
+                                               (int)K, xf, CUDA_R_16F, (int)K, &zero, Y, CUDA_R_32F, (int)nr,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasGemmEx failed (status %d)", (int)st);
+        GemmEpi ec = e;
+        if (nr < mtot) ec.y[0] = e.y[0] + r0, ec.m_end[0] = nr; /* a chunk of the single matrix's rows */
+        const int64_t out_rows = m->epi == GM_CUDA_EPI_GEGLU ? m->w[0].ne1 : nr;
+        gmc_launch(gemm_epilogue_kernel, dim3((unsigned)((out_rows + 255) / 256), (unsigned)n), 256, 0, stream,
+                   (const float *)Y, nr, out_rows, (const float *)cs, ec);
+        rc = gmc_check_launch("gemm_multi epilogue");
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 extern "C" int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes) {

@@ -117,23 +117,25 @@ __global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_
     quant_q8_K_block_warp(v, lane, xq + b * 256, xd + b);
 }
 
-/* rmsnorm fused into the quantizer: one block of 256 threads per row of K; the row's scale exactly as
- * rmsnorm_kernel (ops_cuda.cu) computes it, v = (x · scale) · w (w NULL: no weight), then the quantizer of
- * act_type over v, or (act_type < 0) v itself stored as f32 to xf. One launch instead of rmsnorm + quantize. */
-__global__ void __launch_bounds__(256) rmsnorm_quant_kernel(const float *__restrict__ x, int K,
-                                                            const float *__restrict__ w, float eps, int act_type,
-                                                            int8_t *__restrict__ xq, float *__restrict__ xd,
-                                                            float *__restrict__ xf) {
+/* A projection's input prepared in one launch (gm_cuda_act_in): one block of 256 threads per row of K; the
+ * residual update, the rmsnorm (its scale exactly as rmsnorm_kernel in ops_cuda.cu computes it, v = (x · scale)
+ * · w), then the quantizer of act_type over v, or (act_type < 0) v itself stored as f32 to xf. One launch
+ * instead of up to four (rmsnorm_add, scale, rmsnorm, quantize). */
+__global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, int act_type, int8_t *__restrict__ xq,
+                                                       float *__restrict__ xd, float *__restrict__ xf) {
     gmc_pdl_wait();
     const int64_t r = blockIdx.x;
-    const float *xr = x + r * K;
-    const float scale = gmc_row_rms_scale(xr, K, eps);
+    const int K = (int)in.K;
+    float *xr = in.x + r * K;
+    if (in.res_add) gmc_residual_update(xr, in.res_add + r * K, in.res_w, in.res_scale, K, in.eps);
+    const float scale = in.norm ? gmc_row_rms_scale(xr, K, in.eps) : 1.0f;
+    const float *w = in.norm ? in.w : NULL; /* the norm's weight: none without the norm */
     if (act_type == GMC_Q8_0) {
         for (int b = threadIdx.x; b < K / 32; b += blockDim.x) {
             float v[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) {
-                v[i] = __fmul_rn(xr[32 * b + i], scale);
+                v[i] = in.norm ? __fmul_rn(xr[32 * b + i], scale) : xr[32 * b + i];
                 if (w) v[i] = __fmul_rn(v[i], w[32 * b + i]);
             }
             quant_q8_0_block(v, xq + r * K + 32 * b, xd + r * (K / 32) + b);
@@ -145,14 +147,14 @@ __global__ void __launch_bounds__(256) rmsnorm_quant_kernel(const float *__restr
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const int j = 256 * b + 8 * lane + i;
-                v[i] = __fmul_rn(xr[j], scale);
+                v[i] = in.norm ? __fmul_rn(xr[j], scale) : xr[j];
                 if (w) v[i] = __fmul_rn(v[i], w[j]);
             }
             quant_q8_K_block_warp(v, lane, xq + r * K + 256 * b, xd + r * (K / 256) + b);
         }
     } else {
         for (int i = threadIdx.x; i < K; i += blockDim.x) {
-            float v = __fmul_rn(xr[i], scale);
+            float v = in.norm ? __fmul_rn(xr[i], scale) : xr[i];
             if (w) v = __fmul_rn(v, w[i]);
             xf[r * K + i] = v;
         }
@@ -616,16 +618,15 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
     return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, 0, 1, 0, stream);
 }
 
-extern "C" int gm_cuda_rmsnorm_quantize(const float *x, int64_t K, int32_t n, const float *w, float eps,
-                                        int32_t act_type, void *out, gm_cuda_stream stream) {
+extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, void *out, gm_cuda_stream stream) {
     const int64_t qk = act_type == GMC_Q8_K ? 256 : act_type == GMC_Q8_0 ? 32 : 1;
-    if ((act_type != GMC_Q8_0 && act_type != GMC_Q8_K && act_type != -1) || K % qk != 0 || K > (1 << 30) || n <= 0 ||
-        !x || !out)
-        return gmc_fail(-1, "rmsnorm_quantize: bad arguments (type %d, K=%lld n=%d)", act_type, (long long)K, n);
+    if (!in || (act_type != GMC_Q8_0 && act_type != GMC_Q8_K && act_type != -1) || in->K % qk != 0 ||
+        in->K > (1 << 30) || in->n <= 0 || !in->x || !out)
+        return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
-    float *ds = (float *)((uint8_t *)out + align16((size_t)n * K));
-    gmc_launch(rmsnorm_quant_kernel, (unsigned)n, 256, 0, stream, x, (int)K, w, eps, (int)act_type, q, ds, (float *)out);
-    return gmc_check_launch("rmsnorm_quantize");
+    float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
+    gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+    return gmc_check_launch("prepare_act");
 }
 
 extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream) {

@@ -58,11 +58,22 @@ int gm_cuda_act_type(int32_t wtype);
  * f16 value widened). The CPU block's q8_K bsums are not stored (the kernels sum the q themselves). */
 int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_t act_type, void *xq, gm_cuda_stream stream);
 int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, gm_cuda_stream stream);
-/* rmsnorm fused into the activation quantizer: x' = rmsnorm(x) · w per row of K (w NULL: no weight; as
- * gm_cuda_rmsnorm), then quantized as gm_cuda_quantize_act into out (act_type 8 or 15), or, act_type -1, x'
- * stored as f32 [n][K] in out (for float weights). One launch. */
-int gm_cuda_rmsnorm_quantize(const float *x, int64_t K, int32_t n, const float *w, float eps, int32_t act_type,
-                             void *out, gm_cuda_stream stream);
+/* The input of a projection, prepared in one launch (one block per row of K): first, when res_add is not NULL,
+ * the residual update x += rmsnorm(res_add) · res_w (as gm_cuda_rmsnorm_add; res_w NULL: no weight), then
+ * x *= res_scale unless it is 1 (as gm_cuda_scale), x written back; then x' = rmsnorm(x) · w when norm (w NULL:
+ * no weight; as gm_cuda_rmsnorm), else x' = x (w unused); then x' quantized as gm_cuda_quantize_act into out (act_type 8 or
+ * 15), or, act_type -1, stored as f32 [n][K] in out. Both rmsnorms use eps. */
+typedef struct gm_cuda_act_in {
+    float *x;
+    int64_t K;
+    int32_t n;
+    const float *res_add, *res_w;
+    float res_scale;
+    int32_t norm;
+    const float *w;
+    float eps;
+} gm_cuda_act_in;
+int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, void *out, gm_cuda_stream stream);
 /* Up to three matrices of ONE type and width multiplied against the same activations in one launch per 8
  * columns: y[i][n][w[i].ne1] = x · W_iᵀ (GM_CUDA_EPI_STORE); GM_CUDA_EPI_GEGLU (n_w 2, equal heights):
  * y[0] = gelu_tanh(x · W_0ᵀ) ⊙ (x · W_1ᵀ), y[1] unused (may be NULL); GM_CUDA_EPI_GELU_MUL (n_w 1): y[0] = gelu_tanh(x · W_0ᵀ) ⊙ mul
@@ -78,16 +89,19 @@ typedef struct gm_cuda_multi {
 } gm_cuda_multi;
 int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
 /* The tensor-core path (gemm_cuda.cu) for n >= GM_CUDA_GEMM_MIN_N columns: the matrices of m dequantized to f16
- * into the scratch, x (rmsnorm'ed with norm_w first when norm_w is not NULL, as gm_cuda_rmsnorm) converted to
- * f16 with a power-of-two scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:
- * quantized, bf16 and f16 matrices of one width, at most 2^28 weights in all; f32 weights never.
+ * into the scratch, the input prepared as gm_cuda_prepare_act says and converted to f16 with a power-of-two
+ * scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:
+ * quantized, bf16 and f16 matrices of one width, at most 2^28 weights in all (a single matrix without
+ * epilogue of any size: it goes through in chunks of rows); f32 weights never.
  * cublas: a handle from gm_cuda_gemm_create (its workspace given there, so the call allocates nothing). */
 enum { GM_CUDA_GEMM_MIN_N = 16 };
 int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n);
 size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
-int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const float *x, const float *norm_w, float eps,
-                       int32_t n, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
+int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
+                       size_t scratch_bytes, gm_cuda_stream stream);
 int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes);
+/* The stack limit (log2 of f16 values, default 28; a single matrix past it goes in chunks of rows); for tests. */
+void gm_cuda_set_gemm_chunk_log2(int log2_values);
 void gm_cuda_gemm_destroy(void *cublas);
 /* Rows per warp of the matvec kernels (1, 2 or 4); 0: the built-in choice. Process-wide; for benchmarks and
  * tests. */

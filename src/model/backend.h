@@ -65,17 +65,23 @@ typedef struct gm_attn_args {
     float *out;                /* [n_tokens][n_head][head_dim] */
 } gm_attn_args;
 
-/* Projections of one input, the fused form of rmsnorm, matmul and gelu_mul the forward uses for Q/K/V, gate/up and
- * the per-layer-input gate. x' = rmsnorm(x) · norm per row of d = w[0]->ne0 (norm NULL: x' = x), then
+/* Projections of one input, the fused form of rmsnorm_add, scale, rmsnorm, matmul and gelu_mul the forward uses for
+ * Q/K/V, gate/up and the per-layer-input gate. First, when res_add is not NULL, the residual update the forward
+ * left pending: x += rmsnorm(res_add) · res_norm (as rmsnorm_add; res_norm NULL: no weight), then x *= res_scale
+ * (as scale, skipped when it is 1); x is written. Then x' = rmsnorm(x) · norm per row of d = w[0]->ne0 (norm
+ * NULL: x' = x), then
  *   GM_PROJ_PLAIN:    y[i][n][w[i]->ne1] = x' · W_iᵀ for each i < n_w (1..3);
  *   GM_PROJ_GEGLU:    n_w = 2, equal ne1: y[0] = gelu_tanh(x' · W_0ᵀ) ⊙ (x' · W_1ᵀ);
  *   GM_PROJ_GELU_MUL: n_w = 1: y[0] = gelu_tanh(x' · W_0ᵀ) ⊙ mul, mul [n][w[0]->ne1].
- * Every W_i has ne0 = d; x is not modified and no y may overlap x. Results equal the unfused ops' (the CPU
+ * Every W_i has ne0 = d; no y may overlap x or res_add. Results equal the unfused ops' (the CPU
  * backend composes them; a device backend normalises, quantizes once and multiplies all W_i in one pass). */
 typedef enum gm_proj_act { GM_PROJ_PLAIN = 0, GM_PROJ_GEGLU, GM_PROJ_GELU_MUL } gm_proj_act;
 typedef struct gm_proj_args {
-    const float *x;
+    float *x;                  /* [n][d]; written only by a residual update */
     int32_t n;
+    const float *res_add;      /* [n][d] backend memory, or NULL: no residual update */
+    const float *res_norm;     /* [d] f32 host weight, or NULL */
+    float res_scale;           /* set it whenever res_add is set (1: none) */
     const float *norm;         /* [d] f32 host weight, or NULL */
     float eps;
     gm_proj_act act;
@@ -99,6 +105,12 @@ typedef struct gm_backend_ops {
     /* Storage of n bytes in backend memory for the KV cache (NULL on failure), and its release. */
     void *(*alloc_bytes)(gm_backend *b, size_t n);
     void (*free_bytes)(gm_backend *b, void *p);
+    /* n bytes from src to dst, both storage from alloc_bytes (a sequence's KV cache copied to another), ordered
+     * after the ops enqueued before it. */
+    void (*copy_bytes)(gm_backend *b, void *dst, const void *src, size_t n);
+    /* The measured bandwidth of a copy within the backend's memory, in GB/s of bytes read plus written (0 when it
+     * cannot be measured); for benchmarks. Waits for the backend. */
+    double (*copy_gbps)(gm_backend *b);
     /* Before a forward: the batch's integer arrays, the only ones ops of this forward may receive. */
     gemmac_status (*begin_batch)(gm_backend *b, const gm_batch_ints *bi, gm_error *err);
     /* After a forward: the first failure of any op since the last end_batch (GEMMAC_OK if none). */

@@ -244,6 +244,29 @@ gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *c, int32_t seq_id, int32_t pos
     return GEMMAC_OK;
 }
 
+gemmac_status gemmac_ctx_seq_copy(gemmac_ctx *c, int32_t src, int32_t dst) {
+    if (!c) return GEMMAC_ERR_INVALID_ARG;
+    gm_error_clear(&c->err);
+    if (src < 0 || src >= c->p.n_seq_max || dst < 0 || dst >= c->p.n_seq_max)
+        return gm_fail(&c->err, GEMMAC_ERR_INVALID_ARG, "sequence ids %d -> %d: outside [0, %d)", src, dst,
+                       c->p.n_seq_max);
+    if (src == dst) return GEMMAC_OK;
+    const gm_kv_cache *kv = c->kv;
+    for (int il = 0; il < kv->n_layer; il++) {
+        const gm_kv_layer *l = &kv->layer[il];
+        if (!l->owned) continue;
+        const size_t seq_bytes = (size_t)l->n_slots * (size_t)l->row * l->elem;
+        c->backend->ops->copy_bytes(c->backend, l->k + (size_t)dst * seq_bytes, l->k + (size_t)src * seq_bytes, seq_bytes);
+        c->backend->ops->copy_bytes(c->backend, l->v + (size_t)dst * seq_bytes, l->v + (size_t)src * seq_bytes, seq_bytes);
+    }
+    kv->seq_len[dst] = kv->seq_len[src];
+    return GEMMAC_OK;
+}
+
+double gemmac_ctx_copy_gbps(gemmac_ctx *c) {
+    return c && c->backend->ops->copy_gbps ? c->backend->ops->copy_gbps(c->backend) : 0.0;
+}
+
 int32_t gemmac_ctx_seq_len(const gemmac_ctx *c, int32_t seq_id) {
     if (!c || seq_id < 0 || seq_id >= c->p.n_seq_max) return -1;
     return c->kv->seq_len[seq_id];

@@ -169,6 +169,9 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
     const int32_t n = a->n_tokens, H = hp->n_embd;
 
     op->get_rows(b, &w->tok_embd, a->token, n, hp->embed_scale, s->x);
+    /* each block's residual add is left pending for the project of the block after it (s->xn, its input, is
+     * not written in between); the last one runs before the output head's gather reads x */
+    gm_pending_residual res = {.b = b, .x = s->x, .n = n, .d = H, .eps = hp->norm_eps};
     for (int il = 0; il < hp->n_layer; il++) {
         const gm_layer_hparams *l = &hp->layer[il];
         const gm_layer_weights *lw = &w->layer[il];
@@ -179,7 +182,7 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
             .x = s->x, .n = n, .norm = vec(&lw->attn_norm), .eps = hp->norm_eps, .act = GM_PROJ_PLAIN, .n_w = 3,
             .w = {&lw->wq, &lw->wk, &lw->wv}, .y = {s->q, s->k, s->v},
         };
-        op->project(b, &qkv);
+        gm_residual_project(&res, &qkv);
         const gm_attn_prep prep = {
             .q_norm = vec(&lw->q_norm), .k_norm = vec(&lw->k_norm), .eps = hp->norm_eps, .n_rot = l->n_rot,
             .base = l->rope_base, .freq_scale = l->rope_freq_scale, .q_scale = hp->attn_scale,
@@ -192,17 +195,18 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
         };
         op->attention(b, &at);
         op->matmul(b, &lw->wo, s->att, n, s->xn);
-        op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_attn_norm), hp->norm_eps);
+        gm_residual_defer(&res, s->xn, vec(&lw->post_attn_norm), 1.0f);
 
         /* MLP block: x += post_norm(down(gelu(gate·n(x)) ⊙ up·n(x))) */
         const gm_proj_args ffn = {
             .x = s->x, .n = n, .norm = vec(&lw->ffn_norm), .eps = hp->norm_eps, .act = GM_PROJ_GEGLU, .n_w = 2,
             .w = {&lw->ffn_gate, &lw->ffn_up}, .y = {s->g},
         };
-        op->project(b, &ffn);
+        gm_residual_project(&res, &ffn);
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
-        op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_ffw_norm), hp->norm_eps);
+        gm_residual_defer(&res, s->xn, vec(&lw->post_ffw_norm), 1.0f);
     }
+    gm_residual_flush(&res);
     /* logits of the wanted rows, GM_LOGITS_CHUNK at a time */
     for (int32_t i0 = 0; i0 < a->n_out; i0 += GM_LOGITS_CHUNK) {
         const int32_t nc = a->n_out - i0 < GM_LOGITS_CHUNK ? a->n_out - i0 : GM_LOGITS_CHUNK;

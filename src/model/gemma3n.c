@@ -528,6 +528,7 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
             op->gelu_mul(b, s->g, s->u, (int64_t)n * l->n_ff);
         }
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
+        /* run at once rather than left pending for a project (gm_pending_residual): the AltUp router reads x next */
         op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_ffw_norm), hp->norm_eps);
 
         /* AltUp correct: s_i = pred_i + (c_i + 1)·(x − pred_active), c from the router of x */

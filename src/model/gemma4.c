@@ -518,12 +518,16 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
         gemmac_status st = per_layer_inputs(a, err);
         if (st != GEMMAC_OK) return st;
     }
+    /* each residual add, with the layer's scalar where it ends a layer, is left pending for the next project
+     * (s->xn, its input, is not written in between); the last one runs before the output head's gather reads x */
+    gm_pending_residual res = {.b = b, .x = s->x, .n = n, .d = H, .eps = eps};
     for (int il = 0; il < hp->n_layer; il++) {
         const gm_layer_hparams *l = &hp->layer[il];
         const gm_layer_weights *lw = &w->layer[il];
         const int32_t D = l->head_dim;
         const bool owns_kv = l->kv_source == il;
         const float *freq_factors = l->rope_freq_factors ? vec(&w->rope_freqs) : NULL;
+        const float scalar = lw->layer_scalar.data ? *vec(&lw->layer_scalar) : 1.0f;
 
         /* attention: x += post_norm(Wo · attn(rope(qnorm(Wq·a)), rope(knorm(Wk·a)), vnorm(Wv·a or Wk·a)));
          * layers reading another layer's cache project only q, K = V layers q and k (V: the raw K projection) */
@@ -531,7 +535,7 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
             .x = s->x, .n = n, .norm = vec(&lw->attn_norm), .eps = eps, .act = GM_PROJ_PLAIN,
             .n_w = !owns_kv ? 1 : l->v_from_k ? 2 : 3, .w = {&lw->wq, &lw->wk, &lw->wv}, .y = {s->q, s->k, s->v},
         };
-        op->project(b, &qkv);
+        gm_residual_project(&res, &qkv);
         const gm_attn_prep prep = {
             .q_norm = vec(&lw->q_norm), .k_norm = vec(&lw->k_norm), .v_norm = true, .v_from_k = l->v_from_k,
             .eps = eps, .n_rot = l->n_rot, .base = l->rope_base, .freq_scale = l->rope_freq_scale,
@@ -545,7 +549,7 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
         };
         op->attention(b, &at);
         op->matmul(b, &lw->wo, s->att, n, s->xn);
-        op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_attn_norm), eps);
+        gm_residual_defer(&res, s->xn, vec(&lw->post_attn_norm), 1.0f);
 
         /* feed-forward: m = MLP(pre_norm(x)); MoE layers: m = post_norm_1(m) + post_norm_2(experts(x));
          * x += post_norm(m) */
@@ -553,9 +557,9 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
             .x = s->x, .n = n, .norm = vec(&lw->ffn_norm), .eps = eps, .act = GM_PROJ_GEGLU, .n_w = 2,
             .w = {&lw->ffn_gate, &lw->ffn_up}, .y = {s->g},
         };
-        op->project(b, &ffn);
+        gm_residual_project(&res, &ffn);
         op->matmul(b, &lw->ffn_down, s->g, n, s->xn);
-        if (l->moe) {
+        if (l->moe) { /* reads x: nothing is pending, the project above applied it */
             op->rmsnorm(b, s->xn, s->xn, n, H, vec(&lw->ffn_post_norm_1), eps);
             /* router: scores = W_r · (rmsnorm(x) ⊙ scale · H^-1/2) */
             op->rmsnorm(b, s->x, s->moe_out, n, H, vec(&lw->moe_router_scale), eps);
@@ -567,7 +571,8 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
             op->rmsnorm(b, s->moe_out, s->moe_out, n, H, vec(&lw->moe_post_norm), eps);
             op->add_scale(b, s->xn, s->moe_out, (int64_t)n * H, 1.0f);
         }
-        op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->post_ffw_norm), eps);
+        /* the layer's scalar multiplies the whole residual stream last, after the per-layer input if any */
+        gm_residual_defer(&res, s->xn, vec(&lw->post_ffw_norm), P ? 1.0f : scalar);
 
         /* per-layer input: x += post_norm(W_proj · (gelu(W_gate · x) ⊙ ple[l])) */
         if (P) {
@@ -575,13 +580,12 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
                 .x = s->x, .n = n, .act = GM_PROJ_GELU_MUL, .mul = s->ple_t + (int64_t)il * n * P, .n_w = 1,
                 .w = {&lw->ple_gate}, .y = {s->ple},
             };
-            op->project(b, &gate);
+            gm_residual_project(&res, &gate);
             op->matmul(b, &lw->ple_proj, s->ple, n, s->xn);
-            op->rmsnorm_add(b, s->x, s->xn, n, H, vec(&lw->ple_post_norm), eps);
+            gm_residual_defer(&res, s->xn, vec(&lw->ple_post_norm), scalar);
         }
-        /* the whole residual stream times the layer's scalar */
-        if (lw->layer_scalar.data) op->scale(b, s->x, (int64_t)n * H, *vec(&lw->layer_scalar));
     }
+    gm_residual_flush(&res);
     /* logits of the wanted rows, GM_LOGITS_CHUNK at a time */
     for (int32_t i0 = 0; i0 < a->n_out; i0 += GM_LOGITS_CHUNK) {
         const int32_t nc = a->n_out - i0 < GM_LOGITS_CHUNK ? a->n_out - i0 : GM_LOGITS_CHUNK;

@@ -1,5 +1,6 @@
 /* model.c: loading a model file (open, pick the architecture, bind weights, build the tokenizer), the
- * public model handle's getters and description, and weight binding helpers shared by architectures. */
+ * public model handle's getters and description, weight binding helpers shared by architectures, and what
+ * their forwards share (the scratch buffers, the pending residual update). */
 #include "model/model.h"
 
 #include <inttypes.h>
@@ -127,6 +128,7 @@ static gemmac_status bind_one(void *ud, const gm_tensor_spec *s, gm_error *err) 
     if (s->role == GM_ROLE_TABLE) gm_map_advise_random(data, bytes); /* stays mapped; rows come in as read */
     m->n_params += (uint64_t)rows * (uint64_t)s->ne[0];
     m->weight_bytes += bytes;
+    if (s->role == GM_ROLE_TABLE) m->table_bytes += bytes;
     if ((int)type < GM_TYPE_COUNT) {
         m->type_bytes[type] += bytes;
         m->type_count[type]++;
@@ -378,6 +380,17 @@ void gemmac_model_get_info(const gemmac_model *m, gemmac_model_info *info) {
     info->sliding_window = hp->sliding_window;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
+    info->step_weight_bytes = m->weight_bytes - m->table_bytes;
+    const gm_tensor *emb = &m->w.tok_embd, *out = &m->w.output;
+    if (out->data && emb->data && out->data != emb->data) /* an output head of its own: the embedding is looked up */
+        info->step_weight_bytes -= emb->row_bytes * (uint64_t)gm_tensor_rows(emb);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const gm_layer_hparams *l = &hp->layer[il];
+        if (l->kv_source != il) continue; /* reads another layer's cache */
+        const uint64_t b = 2u * 2u * (uint64_t)l->n_head_kv * (uint64_t)l->head_dim;
+        if (l->sliding) info->kv_pos_bytes_sliding += b;
+        else info->kv_pos_bytes_full += b;
+    }
     info->has_tokenizer = m->tok != NULL;
     info->bos = m->tok ? gm_tokenizer_bos(m->tok) : -1;
     info->eos = m->tok ? gm_tokenizer_eos(m->tok) : -1;
@@ -588,4 +601,26 @@ void gm_scratch_free(gm_scratch *s, gm_backend *b) {
                      s->moe_logits, s->moe_in, s->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) b->ops->release(b, bufs[i]);
     free(s);
+}
+
+void gm_residual_flush(gm_pending_residual *r) {
+    if (!r->add) return;
+    r->b->ops->rmsnorm_add(r->b, r->x, r->add, r->n, r->d, r->norm, r->eps);
+    if (r->scale != 1.0f) r->b->ops->scale(r->b, r->x, (int64_t)r->n * r->d, r->scale);
+    r->add = NULL;
+}
+
+void gm_residual_defer(gm_pending_residual *r, const float *add, const float *norm, float scale) {
+    gm_residual_flush(r);
+    r->add = add, r->norm = norm, r->scale = scale;
+}
+
+void gm_residual_project(gm_pending_residual *r, const gm_proj_args *p) {
+    /* one eps serves both of project's norms, so a norm of another eps gets the update run first too */
+    if (p->x != r->x || (p->norm && p->eps != r->eps)) gm_residual_flush(r);
+    gm_proj_args q = *p;
+    q.res_add = r->add, q.res_norm = r->norm, q.res_scale = r->scale;
+    if (r->add) q.eps = r->eps;
+    r->b->ops->project(r->b, &q);
+    r->add = NULL;
 }

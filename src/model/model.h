@@ -139,6 +139,30 @@ typedef struct gm_forward_args {
     gm_scratch *scratch;         /* backend buffers sized for the context's n_batch */
 } gm_forward_args;
 
+/* A residual update of a forward's stream x, x += rmsnorm(add) · norm then x *= scale (the rmsnorm_add and scale
+ * ops; scale skipped when 1), left pending instead of run at once so that the next project reading x applies it
+ * (gm_proj_args.res_*): a device backend then does the add, that project's norm and the activation quantization
+ * in one pass. While an update is pending nothing may write x or add, and only gm_residual_project may read x:
+ * any other reader of x calls gm_residual_flush first. */
+typedef struct gm_pending_residual {
+    gm_backend *b;
+    float *x;                  /* [n][d] the residual stream */
+    int32_t n, d;
+    float eps;
+    const float *add;          /* [n][d] backend memory; NULL: nothing pending */
+    const float *norm;         /* [d] f32 host weight, or NULL */
+    float scale;
+} gm_pending_residual;
+
+/* Leaves x += rmsnorm(add) · norm, x *= scale pending (an update already pending is run first). */
+void gm_residual_defer(gm_pending_residual *r, const float *add, const float *norm, float scale);
+/* The project p with the pending update folded in when p reads x (one reading another buffer, or normalising
+ * with another eps, gets it run first); p's own res_* are ignored and its y must not be r->add. Nothing is
+ * pending afterwards. */
+void gm_residual_project(gm_pending_residual *r, const gm_proj_args *p);
+/* Runs the pending update, if any, with the plain ops. */
+void gm_residual_flush(gm_pending_residual *r);
+
 struct gm_gguf_writer;
 struct gm_hf_config;
 
@@ -182,6 +206,7 @@ struct gemmac_model {
     char name[128];
     char source[32];                    /* "gguf v3", "safetensors (2 files)", for describe */
     uint64_t n_params, weight_bytes;    /* over the bound weights */
+    uint64_t table_bytes;               /* of them, GM_ROLE_TABLE tensors (looked up row by row only) */
     uint64_t type_bytes[GM_TYPE_COUNT], type_count[GM_TYPE_COUNT];
     void **owned;                       /* buffers the model allocated (f32 vectors, derived tensors) */
     int32_t n_owned;

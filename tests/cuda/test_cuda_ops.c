@@ -826,7 +826,29 @@ static void expect_rel_norm(const char *what, const float *got, const double *wa
     if (!(rel <= bound)) fail_msg("%s: relative difference %.3g > %.1g", what, rel, bound);
 }
 
-static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm) {
+/* The residual update of a prepared input (gm_cuda_act_in) on the host, with the reference rmsnorm: x = (x +
+ * rmsnorm(add) · w) · s per column; returns the device copies of add and w (to free). */
+static void host_residual(float *x, int64_t K, int n, float s, float **dadd, float **dw) {
+    float *add = rand_vec((size_t)K * n, 3.0f), *w = rand_vec((size_t)K, 1.5f), *t = malloc(sizeof(float) * K);
+    *dadd = dev_upload(add, sizeof(float) * K * n), *dw = dev_upload(w, sizeof(float) * K);
+    for (int c = 0; c < n; c++) {
+        gm_ref_rmsnorm(add + (int64_t)c * K, t, (int)K, w, 1e-6f);
+        for (int64_t j = 0; j < K; j++) x[(int64_t)c * K + j] = (x[(int64_t)c * K + j] + t[j]) * s;
+    }
+    free(add), free(w), free(t);
+}
+
+/* The updated x the device holds equals the host's (1e-5 relative + 1e-6). */
+static void expect_x_updated(const float *dx, const float *x, int64_t K, int n) {
+    float *g = malloc(sizeof(float) * K * n);
+    double *want = malloc(sizeof(double) * K * n), *tol = malloc(sizeof(double) * K * n);
+    dev_download(g, dx, sizeof(float) * K * n);
+    for (int64_t i = 0; i < K * n; i++) want[i] = x[i], tol[i] = 1e-5 * fabs(x[i]) + 1e-6;
+    expect_close("residual update of x", g, want, tol, (size_t)(K * n));
+    free(g), free(want), free(tol);
+}
+
+static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm, bool res) {
     const int64_t Ms[3] = {epi == GM_CUDA_EPI_STORE ? 100 : 96, epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
     const int nw = epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
     host_mat h[3];
@@ -847,9 +869,13 @@ static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm) {
     const int act_type = gm_cuda_act_type(type);
     const size_t sb = act_type >= 0 ? gm_cuda_matmul_scratch_bytes(K, n) : sizeof(float) * K * n;
     void *dact = dev_alloc(sb);
-    if (norm) CK(gm_cuda_rmsnorm_quantize(dx, K, n, dnw, 1e-6f, act_type, dact, NULL));
-    else if (act_type >= 0) CK(gm_cuda_quantize_act(dx, K, n, act_type, dact, NULL));
-    CK(gm_cuda_matmul_multi(&m, norm || act_type >= 0 ? dact : (const void *)dx, n, NULL));
+    float *dadd = NULL, *drw = NULL;
+    if (res) host_residual(x, K, n, 0.75f, &dadd, &drw);
+    const gm_cuda_act_in in = {.x = dx, .K = K, .n = n, .res_add = dadd, .res_w = drw, .res_scale = 0.75f,
+                               .norm = norm, .w = dnw, .eps = 1e-6f};
+    if (norm || res || act_type >= 0) CK(gm_cuda_prepare_act(&in, act_type, dact, NULL));
+    CK(gm_cuda_matmul_multi(&m, norm || res || act_type >= 0 ? dact : (const void *)dx, n, NULL));
+    if (res) expect_x_updated(dx, x, K, n);
     float *xn = malloc(sizeof(float) * K);
     char what[128];
     for (int i = 0; i < (epi == GM_CUDA_EPI_STORE ? nw : 1); i++) {
@@ -867,10 +893,10 @@ static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm) {
                         (epi == GM_CUDA_EPI_GEGLU ? up[r] : (double)mul[(int64_t)c * Ms[0] + r]);
         }
         for (int c = 0; c < n; c++) {
-            snprintf(what, sizeof what, "fused projection %s K=%lld n=%d epilogue %d norm %d matrix %d column %d",
-                     gm_type_traits_of(type)->name, (long long)K, n, epi, norm, i, c);
+            snprintf(what, sizeof what, "fused projection %s K=%lld n=%d epilogue %d norm %d res %d matrix %d column %d",
+                     gm_type_traits_of(type)->name, (long long)K, n, epi, norm, res, i, c);
             expect_rel_norm(what, y + (int64_t)c * Ms[i], want + (int64_t)c * Ms[i], (size_t)Ms[i],
-                            norm && is_quant(type) ? 1e-3 : 2e-5);
+                            (norm || res) && is_quant(type) ? 1e-3 : 2e-5);
         }
         free(y), free(want), free(up);
     }
@@ -880,6 +906,10 @@ static void run_fused_proj(int type, int64_t K, int n, int epi, bool norm) {
     }
     free(x), free(nwt), free(mul), free(xn);
     CU(cudaFree(dx)); CU(cudaFree(dnw)); CU(cudaFree(dmul)); CU(cudaFree(dact));
+    if (dadd) {
+        CU(cudaFree(dadd));
+        CU(cudaFree(drw));
+    }
 }
 
 static void test_fused_proj(void **state) {
@@ -890,17 +920,20 @@ static void test_fused_proj(void **state) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
             for (int epi = 0; epi < 3; epi++)
-                for (int norm = 0; norm < 2; norm++) run_fused_proj(types[t], 512, ns[i], epi, norm), cases++;
-    printf("[ cuda     ] fused rmsnorm+quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases pass "
-           "(2e-5 relative in norm vs the CPU reference path)\n", cases);
+                for (int v = 0; v < 4; v++) run_fused_proj(types[t], 512, ns[i], epi, v & 1, v >> 1), cases++;
+    printf("[ cuda     ] fused residual + rmsnorm + quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases "
+           "pass (per column, relative in norm vs the CPU reference path: 2e-5; 1e-3 with a norm or residual)\n",
+           cases);
 }
 
 /* ---- the tensor-core path (n >= GM_CUDA_GEMM_MIN_N): against the exact product of the dequantized weights and
  * the f32 activations (the path keeps 11 significant bits of both): 1e-3 relative in norm; the epilogues, the
  * fused rmsnorm and a column of huge values (the power-of-two column scale keeps f16 from overflowing). ---- */
-static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm) {
-    const int64_t Ms[3] = {epi == GM_CUDA_EPI_STORE ? 100 : 96, epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
-    const int nw = epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
+/* m_single > 0: one matrix of that many rows (epilogue STORE) */
+static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm, bool res, int64_t m_single) {
+    const int64_t Ms[3] = {m_single ? m_single : epi == GM_CUDA_EPI_STORE ? 100 : 96,
+                           epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
+    const int nw = m_single ? 1 : epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
     host_mat h[3];
     gm_cuda_multi m = {.n_w = nw, .epi = epi};
     for (int i = 0; i < nw; i++) {
@@ -920,7 +953,12 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
     if (!gm_cuda_gemm_eligible(&m, n)) fail_msg("gemm: %s n=%d not eligible", gm_type_traits_of(type)->name, n);
     const size_t sb = gm_cuda_gemm_scratch_bytes(&m, n);
     void *scr = dev_alloc(sb);
-    CK(gm_cuda_gemm_multi(cublas, &m, dx, norm ? dnw : NULL, 1e-6f, n, scr, sb, NULL));
+    float *dadd = NULL, *drw = NULL;
+    if (res) host_residual(x, K, n, 0.75f, &dadd, &drw);
+    const gm_cuda_act_in in = {.x = dx, .K = K, .n = n, .res_add = dadd, .res_w = drw, .res_scale = 0.75f,
+                               .norm = norm, .w = norm ? dnw : NULL, .eps = 1e-6f};
+    CK(gm_cuda_gemm_multi(cublas, &m, &in, scr, sb, NULL));
+    if (res) expect_x_updated(dx, x, K, n);
     float *xn = malloc(sizeof(float) * K);
     for (int i = 0; i < (epi == GM_CUDA_EPI_STORE ? nw : 1); i++) {
         float *y = malloc(sizeof(float) * Ms[i] * n);
@@ -953,6 +991,10 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
     }
     free(x), free(nwt), free(mul), free(xn);
     CU(cudaFree(dx)); CU(cudaFree(dnw)); CU(cudaFree(dmul)); CU(cudaFree(scr));
+    if (dadd) {
+        CU(cudaFree(dadd));
+        CU(cudaFree(drw));
+    }
 }
 
 static void test_gemm(void **state) {
@@ -964,12 +1006,17 @@ static void test_gemm(void **state) {
     int cases = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int epi = 0; epi < 3; epi++)
-            for (int norm = 0; norm < 2; norm++) {
-                run_gemm(cublas, types[t], 512, GM_CUDA_GEMM_MIN_N + (int)urand(40), epi, norm);
+            for (int v = 0; v < 3; v++) {
+                run_gemm(cublas, types[t], 512, GM_CUDA_GEMM_MIN_N + (int)urand(40), epi, v >= 1, v == 2, 0);
                 cases++;
             }
+    /* a single matrix larger than the stack limit goes through in chunks of rows (limit 2^16 values: 128 rows) */
+    gm_cuda_set_gemm_chunk_log2(16);
+    run_gemm(cublas, GM_TYPE_Q4_0, 512, 20, GM_CUDA_EPI_STORE, true, false, 300), cases++;
+    run_gemm(cublas, GM_TYPE_F16, 512, 17, GM_CUDA_EPI_STORE, false, true, 333), cases++;
+    gm_cuda_set_gemm_chunk_log2(0);
     gm_cuda_gemm_destroy(cublas);
-    printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused rmsnorm): %d cases pass (1e-3 relative in "
+    printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused residual + rmsnorm): %d cases pass (1e-3 relative in "
            "norm vs the exact product)\n", cases);
 }
 

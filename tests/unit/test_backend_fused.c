@@ -1,6 +1,7 @@
 /* test_backend_fused.c: the CPU backend's fused ops against the unfused ops they stand for, bit for bit on random
- * input: project (PLAIN, GEGLU, GELU_MUL; with and without its norm; f32, q8_0 and q4_0 weights) against
- * rmsnorm, matmul and gelu_mul, and attention with a gm_attn_prep against rmsnorm and rope followed by attention
+ * input: project (PLAIN, GEGLU, GELU_MUL; with and without its norm; without a residual update and with one, its
+ * norm weighted or not, scaled or not; f32, q8_0 and q4_0 weights) against rmsnorm_add, scale, rmsnorm, matmul
+ * and gelu_mul, and attention with a gm_attn_prep against rmsnorm and rope followed by attention
  * without one (the per-arch preparations, K = V, a layer reading a cache it does not write, f16 and f32 caches).
  * The forwards rely on this: a fused CPU forward must give the logits the unfused one gave. */
 #include <setjmp.h>
@@ -60,6 +61,10 @@ static gm_tensor weight(gm_type t, int64_t rows) {
 static void project_unfused(gm_backend *b, const gm_proj_args *p, float *xn, float *up) {
     const gm_backend_ops *op = b->ops;
     const int64_t m = p->w[0]->ne[1];
+    if (p->res_add) {
+        op->rmsnorm_add(b, p->x, p->res_add, p->n, HID, p->res_norm, p->eps);
+        if (p->res_scale != 1.0f) op->scale(b, p->x, (int64_t)p->n * HID, p->res_scale);
+    }
     const float *x = p->x;
     if (p->norm) {
         op->rmsnorm(b, x, xn, p->n, HID, p->norm, p->eps);
@@ -81,13 +86,19 @@ static void project_unfused(gm_backend *b, const gm_proj_args *p, float *xn, flo
     }
 }
 
-/* project and its unfused ops on the same input into separate outputs, compared byte for byte; x unchanged. */
+/* project and its unfused ops on copies of the same input into separate outputs, compared byte for byte, and the
+ * x each leaves (unchanged without a residual update). */
 static void check_project(gm_backend *b, gm_proj_args p) {
     enum { MAX_N = 40 };
-    static float fused[3][MAX_N * FF], unfused[3][MAX_N * FF], xn[MAX_N * HID], up[MAX_N * FF], x0[MAX_N * HID];
+    static float fused[3][MAX_N * FF], unfused[3][MAX_N * FF], xn[MAX_N * HID], up[MAX_N * FF];
+    static float xf[MAX_N * HID], xu[MAX_N * HID];
     assert_true(p.n <= MAX_N);
-    memcpy(x0, p.x, sizeof(float) * (size_t)p.n * HID);
+    const size_t x_bytes = sizeof(float) * (size_t)p.n * HID;
+    const float *const x0 = p.x;
+    memcpy(xf, p.x, x_bytes);
+    memcpy(xu, p.x, x_bytes);
     gm_proj_args q = p;
+    p.x = xf, q.x = xu;
     for (int i = 0; i < 3; i++) {
         p.y[i] = fused[i];
         q.y[i] = unfused[i];
@@ -97,41 +108,51 @@ static void check_project(gm_backend *b, gm_proj_args p) {
     const int n_out = p.act == GM_PROJ_PLAIN ? p.n_w : 1;
     for (int i = 0; i < n_out; i++)
         assert_memory_equal(fused[i], unfused[i], sizeof(float) * (size_t)p.n * (size_t)p.w[i]->ne[1]);
-    assert_memory_equal(p.x, x0, sizeof(float) * (size_t)p.n * HID);
+    assert_memory_equal(xf, xu, x_bytes);
+    if (!p.res_add) assert_memory_equal(xf, x0, x_bytes);
 }
 
 /* 13 tokens (four-token groups and a remainder in matmul) and 37 (more than reserve() sized: project then goes
- * through in chunks of tokens). */
+ * through in chunks of tokens); each without a residual update and with the four kinds the forwards leave
+ * pending (post-norm weight or none, the layer scalar or none). */
 static void test_project_equals_unfused_ops(void **state) {
     (void)state;
     gm_backend *b = new_backend();
     static const gm_type types[] = {GM_TYPE_F32, GM_TYPE_Q8_0, GM_TYPE_Q4_0};
     static const int32_t token_counts[] = {13, 37};
-    static float x[40 * HID], mul[40 * PLE], norm[HID];
+    static float x[40 * HID], res[40 * HID], mul[40 * PLE], norm[HID], res_norm[HID];
     fill(x, 40 * HID, 3.0f);
+    fill(res, 40 * HID, 5.0f);
     fill(mul, 40 * PLE, 2.0f);
-    for (int i = 0; i < HID; i++) norm[i] = 1.0f + frand();
+    for (int i = 0; i < HID; i++) norm[i] = 1.0f + frand(), res_norm[i] = 1.0f + frand();
+    const struct {
+        const float *add, *norm;
+        float scale;
+    } updates[] = {{NULL, NULL, 1.0f}, {res, res_norm, 1.0f}, {res, NULL, 1.0f}, {res, res_norm, 0.37f},
+                   {res, NULL, 1.75f}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         gm_tensor wq = weight(types[ti], 40), wk = weight(types[ti], 24), wv = weight(types[ti], 24);
         gm_tensor gate = weight(types[ti], FF), upw = weight(types[ti], FF), ple_gate = weight(types[ti], PLE);
         for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++)
-            for (int with_norm = 0; with_norm < 2; with_norm++) {
-                const gm_proj_args base = {
-                    .x = x, .n = token_counts[ni], .norm = with_norm ? norm : NULL, .eps = 1e-6f,
-                };
-                for (int n_w = 1; n_w <= 3; n_w++) {
+            for (size_t ui = 0; ui < sizeof updates / sizeof updates[0]; ui++)
+                for (int with_norm = 0; with_norm < 2; with_norm++) {
+                    const gm_proj_args base = {
+                        .x = x, .n = token_counts[ni], .res_add = updates[ui].add, .res_norm = updates[ui].norm,
+                        .res_scale = updates[ui].scale, .norm = with_norm ? norm : NULL, .eps = 1e-6f,
+                    };
+                    for (int n_w = 1; n_w <= 3; n_w++) {
+                        gm_proj_args p = base;
+                        p.act = GM_PROJ_PLAIN, p.n_w = n_w;
+                        p.w[0] = &wq, p.w[1] = &wk, p.w[2] = &wv;
+                        check_project(b, p);
+                    }
                     gm_proj_args p = base;
-                    p.act = GM_PROJ_PLAIN, p.n_w = n_w;
-                    p.w[0] = &wq, p.w[1] = &wk, p.w[2] = &wv;
+                    p.act = GM_PROJ_GEGLU, p.n_w = 2, p.w[0] = &gate, p.w[1] = &upw;
+                    check_project(b, p);
+                    p = base;
+                    p.act = GM_PROJ_GELU_MUL, p.mul = mul, p.n_w = 1, p.w[0] = &ple_gate;
                     check_project(b, p);
                 }
-                gm_proj_args p = base;
-                p.act = GM_PROJ_GEGLU, p.n_w = 2, p.w[0] = &gate, p.w[1] = &upw;
-                check_project(b, p);
-                p = base;
-                p.act = GM_PROJ_GELU_MUL, p.mul = mul, p.n_w = 1, p.w[0] = &ple_gate;
-                check_project(b, p);
-            }
         free((void *)wq.data), free((void *)wk.data), free((void *)wv.data);
         free((void *)gate.data), free((void *)upw.data), free((void *)ple_gate.data);
     }
