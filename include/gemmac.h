@@ -68,7 +68,7 @@ typedef struct gemmac_model_info {
     uint64_t weight_bytes;           /* bytes of all tensors as stored */
     uint64_t step_weight_bytes;      /* bytes of weights one decoding step reads: all but the tables only looked up
                                         row by row (per-layer embeddings; the token embedding when the output head
-                                        has its own matrix) */
+                                        has its own matrix); of a mixture of experts the n_expert_used chosen */
     uint64_t kv_pos_bytes_full;      /* f16 K+V bytes per position over the layers with full attention */
     uint64_t kv_pos_bytes_sliding;   /* the same over sliding-window layers (they keep sliding_window positions) */
     gemmac_token bos, eos, eot;      /* -1 when absent */

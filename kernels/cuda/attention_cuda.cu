@@ -1,15 +1,17 @@
 /* attention_cuda.cu: the KV store and decode attention of the CUDA backend. Owns: writing a batch's K/V rows
  * into a layer's cache (f16 or f32, ring slots for sliding layers) and split-K ("flash decoding") attention
  * with GQA: one block per (split of the visible keys, KV head, query token) attends the G query heads of that
- * KV head with an online softmax over chunks of 64 keys; a second kernel merges the splits. Leaves to others:
+ * KV head with an online softmax over chunks of 128 keys; a second kernel merges the splits. Also the attention
+ * op's preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to others:
  * cache allocation and which layer reads which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:
  * 2 · 4096 · 2 · 512 · 2 B = 16.8 MB -> 3.6 us at 4.6 TB/s; FLOPs 4 · 8 · 4096 · 512 = 67 MFLOP (noise).
  * Prediction: memory + launch bound; splits of >= 64 keys so ~2 blocks per SM fill the chip at 1 token.
- * Measured (H200, 2026-12-01): 30 us at 4096 keys (553 GB/s), 168 us at 32768 keys (797 GB/s), 29 us for a
- * 512-key sliding layer: latency-bound (serial 64-key chunks per block, two launches), far from the 3.6 us
- * floor. Correct first; tuning is future work. Head sizes and groupings the split kernel is not built for go to
+ * Measured (H200, 2026-12-01, first version: a warp per key): 30 us at 4096 keys (553 GB/s), 168 us at 32768
+ * keys (797 GB/s), 29 us for a 512-key sliding layer: latency-bound (serial 64-key chunks per block, two
+ * launches), far from the 3.6 us floor. A thread per key (now) took 512-token prefill from 378 to 295 us per E4B
+ * layer; one query token per block still reads K/V once per token (BENCHMARKS.md): a query-tiled kernel is next. Head sizes and groupings the split kernel is not built for go to
  * a simple one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
 
@@ -73,26 +75,9 @@ __device__ void prep_head(const float *src, int D, bool do_norm, const float *__
         sh[i] = v;
     }
     __syncthreads();
-    const int half = n_rot / 2;
-    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
-        if (i < half) {
-            float theta = pos;
-            for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
-            const float f = ff ? ff[i] : 1.0f;
-            const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
-            float sn, cs;
-            sincosf(angle, &sn, &cs);
-            const float x0 = sh[i], x1 = sh[i + half];
-            float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-            float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
-            if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
-            sh[i] = y0, sh[i + half] = y1;
-        } else if (scale != 1.0f) {
-            const int j = n_rot + 2 * (i - half);
-            sh[j] = __fmul_rn(sh[j], scale);
-            if (j + 1 < D) sh[j + 1] = __fmul_rn(sh[j + 1], scale);
-        }
-    }
+    if (n_rot > 0 || scale != 1.0f)
+        for (int i = threadIdx.x; i < D / 2; i += blockDim.x)
+            gmc_rope_slot(sh, i, D, n_rot, pos, theta_scale, freq_scale, ff, scale);
     __syncthreads();
 }
 

@@ -195,28 +195,10 @@ __global__ void rope_kernel(float *x, int n_head, int head_dim, const int32_t *_
     gmc_pdl_wait();
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= n_pairs) return;
-    const int hp = head_dim / 2, half = n_rot / 2;
-    const int i = (int)(g % hp);
+    const int hp = head_dim / 2;
     const int64_t head = g / hp;
-    const int64_t t = head / n_head;
-    float *h = x + head * head_dim;
-    if (i < half) {
-        float theta = (float)pos[t];
-        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
-        const float f = ff ? ff[i] : 1.0f;
-        const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
-        float s, c;
-        sincosf(angle, &s, &c);
-        const float x0 = h[i], x1 = h[i + half];
-        float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-        if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
-        h[i] = y0, h[i + half] = y1;
-    } else if (scale != 1.0f) {
-        const int j = n_rot + 2 * (i - half);
-        h[j] = __fmul_rn(h[j], scale);
-        if (j + 1 < head_dim) h[j + 1] = __fmul_rn(h[j + 1], scale);
-    }
+    gmc_rope_slot(x + head * head_dim, (int)(g % hp), head_dim, n_rot, (float)pos[head / n_head], theta_scale,
+                  freq_scale, ff, scale);
 }
 
 extern "C" int gm_cuda_rope(float *x, int32_t n, int32_t n_head, int32_t head_dim, const int32_t *pos, int32_t n_rot,

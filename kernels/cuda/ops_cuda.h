@@ -44,8 +44,9 @@ int gm_cuda_type_supported(int32_t type);
  * q4_K / q5_K / q6_K; weight blocks are consumed with integer dot products (dp4a) straight from the GGUF
  * layout, so every integer block sum equals the CPU's and only the float summation order differs.
  * F32/F16/BF16 weights: f32 activations, f32 FMA.
- * Columns are processed 8 at a time (n > 8 re-reads the weights once per 8 columns: the small-batch path
- * is correct but not fast yet). scratch: gm_cuda_matmul_scratch_bytes(ne0, n) bytes (may be NULL when 0). */
+ * Columns are processed 8 at a time (n > 8 re-reads the weights once per 8 columns; the backend sends batches
+ * of GM_CUDA_GEMM_MIN_N or more columns to the tensor-core path, gm_cuda_gemm_multi, instead).
+ * scratch: gm_cuda_matmul_scratch_bytes(ne0, n) bytes (may be NULL when 0). */
 size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n);
 int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, float *y, void *scratch, size_t scratch_bytes,
                    gm_cuda_stream stream);

@@ -384,6 +384,14 @@ void gemmac_model_get_info(const gemmac_model *m, gemmac_model_info *info) {
     const gm_tensor *emb = &m->w.tok_embd, *out = &m->w.output;
     if (out->data && emb->data && out->data != emb->data) /* an output head of its own: the embedding is looked up */
         info->step_weight_bytes -= emb->row_bytes * (uint64_t)gm_tensor_rows(emb);
+    for (int il = 0; il < hp->n_layer && hp->n_expert > 0; il++) { /* a step reads n_expert_used experts of each */
+        const gm_tensor *ex[2] = {&m->w.layer[il].moe_gate_up, &m->w.layer[il].moe_down};
+        for (int k = 0; k < 2; k++)
+            if (ex[k]->data) {
+                const uint64_t bytes = ex[k]->row_bytes * (uint64_t)gm_tensor_rows(ex[k]);
+                info->step_weight_bytes -= bytes - bytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
+            }
+    }
     for (int il = 0; il < hp->n_layer; il++) {
         const gm_layer_hparams *l = &hp->layer[il];
         if (l->kv_source != il) continue; /* reads another layer's cache */
