@@ -262,6 +262,9 @@ static void test_bad_arguments(void **state) {
                  "outside the vocabulary");
     EXPECT_ERROR(ARGS("frobnicate", "-m", g.tiny), "unknown command", "'frobnicate'");
     EXPECT_ERROR(ARGS("logits", "-m", g.tiny, "--tokens", "2,10"), "--out");
+    EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-npl", "1,x"), "-npl", "'1,x'");
+    EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-npl", "5000"), "-npl 5000", "4096");
+    EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-d", "-3"), "-d", "'-3'");
     /* a context larger than the model's: the library's message */
     EXPECT_ERROR(ARGS("run", "-m", g.tiny, "-c", "100000", "--tokens", "2"), "context size 100000");
 }
@@ -447,8 +450,23 @@ static void test_info(void **state) {
     free_result(&r);
 }
 
+/* bench: every test it was asked for gets a row (pp, tg, and one batched-decoding row per -npl value, at the
+ * depth given), with a GB/s figure beside the decoding rows. */
+static void test_bench_rows(void **state) {
+    (void)state;
+    NEED_CLI();
+    result r = run_cli(ARGS("bench", "-m", g.tiny, "-p", "8", "-n", "4", "-npl", "1,3", "-d", "5", "-r", "1", "-t", "1"));
+    if (r.exit_code != 0) fail_msg("exit %d; stderr: %s", r.exit_code, r.err);
+    static const char *const rows[] = {"pp8 @d5", "tg4 @d5", "tg4 x1 @d5", "tg4 x3 @d5"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (!strstr(r.out, rows[i])) fail_msg("no row \"%s\" in:\n%s", rows[i], r.out);
+    assert_non_null(strstr(r.out, "copy bandwidth"));
+    free_result(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bench_rows),
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_model_without_tokenizer),

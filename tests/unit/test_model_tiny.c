@@ -483,6 +483,31 @@ static void test_truncate_ring(void **state) {
     gemmac_ctx_free(c);
 }
 
+/* gemmac_ctx_seq_copy: a sequence forked from another continues from the same cache (sliding ring and full
+ * layers alike), independently of it; bad ids are refused. */
+static void test_seq_copy(void **state) {
+    (void)state;
+    int32_t a[SEQ_LEN + 4], b[SEQ_LEN + 4];
+    make_tokens(30, a, SEQ_LEN + 4);
+    gemmac_ctx *c = new_ctx(0, 3, 3);
+    free(decode_seq(c, 0, a, SEQ_LEN, 0, 3));
+    assert_int_equal(gemmac_ctx_seq_copy(c, 0, 2), GEMMAC_OK);
+    assert_int_equal(gemmac_ctx_seq_len(c, 2), SEQ_LEN);
+    memcpy(b, a, sizeof(int32_t) * SEQ_LEN);
+    for (int i = SEQ_LEN; i < SEQ_LEN + 4; i++) b[i] = (int32_t)(200 + i); /* the fork's own continuation */
+    float *got = decode_seq(c, 2, b + SEQ_LEN, 4, SEQ_LEN, 3);
+    expect_rows(b, SEQ_LEN, 4, got, TOL, "copied sequence, continued");
+    free(got);
+    got = decode_seq(c, 0, a + SEQ_LEN, 4, SEQ_LEN, 3); /* the original is untouched by the fork */
+    expect_rows(a, SEQ_LEN, 4, got, TOL, "original sequence after the copy");
+    free(got);
+    assert_int_equal(gemmac_ctx_seq_copy(c, 1, 1), GEMMAC_OK);
+    assert_int_equal(gemmac_ctx_seq_copy(c, 0, 3), GEMMAC_ERR_INVALID_ARG);
+    assert_int_equal(gemmac_ctx_seq_copy(c, -1, 0), GEMMAC_ERR_INVALID_ARG);
+    assert_non_null(strstr(gemmac_ctx_last_error(c), "outside"));
+    gemmac_ctx_free(c);
+}
+
 static void test_truncate_full_cache(void **state) {
     (void)state;
     int32_t a[SEQ_LEN];
@@ -837,6 +862,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_mutations_exceed_tolerance),
         cmocka_unit_test(test_truncate_ring),
         cmocka_unit_test(test_truncate_full_cache),
+        cmocka_unit_test(test_seq_copy),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_q8_0_tensor_runs),
         cmocka_unit_test(test_no_window_model),
