@@ -3,9 +3,11 @@
  * of the model's weights (made once, on first use, found again by their host pointer in a hash map; types the
  * kernels do not read are dequantized to f32 on the way), the staging of each batch's integer arrays
  * (begin_batch: one pinned copy per forward; ops map the host pointers they receive onto it), scratch sized on
- * demand, and error capture: the first failure is remembered with its message, later ops do nothing, and
- * end_batch reports it. read() is the one host synchronisation of a forward. Leaves to others: the kernels
- * (the .cu files beside it), what a forward computes (src/model), when contexts choose this backend (ctx.c). */
+ * demand, the choice between the mat-vec and the tensor-core (cuBLAS, handle made on first use) paths of a
+ * projection, CUDA graphs of decode forwards, the per-op profile (GEMMAC_CUDA_PROFILE=1), and error capture:
+ * the first failure is remembered with its message, later ops do nothing, and end_batch reports it. read() is
+ * the one host synchronisation of a forward. Leaves to others: the kernels (the .cu files beside it), what a
+ * forward computes (src/model), when contexts choose this backend (ctx.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,9 @@
 /* matmul_cuda.cu: y[n][M] = x[n][K] · Wᵀ on the GPU for n = 1..8 columns per launch (more columns: one
  * launch per 8), weights read straight from their GGUF blocks. Owns: the activation quantizers (f32 -> q8_0
- * or q8_K, bit-identical to the CPU's), the integer-dot matvec for q4_0 / q5_0 / q8_0 / q4_K / q5_K / q6_K,
- * and the f32-FMA matvec for f32 / f16 / bf16. Leaves to others: choosing which matrices share a quantized input (the forward pass).
+ * or q8_K, bit-identical to the CPU's) and the one-launch preparation of a projection's input (residual add,
+ * rmsnorm, quantize), the integer-dot matvec for q4_0 / q5_0 / q8_0 / q4_K / q5_K / q6_K and the f32-FMA matvec
+ * for f32 / f16 / bf16, each over up to three matrices per launch with a store / GeGLU / gelu·mul epilogue.
+ * Leaves to others: which matrices share an input (the forward pass), long batches (gemm_cuda.cu).
  *
  * Shape of the work (both kernels): a block of 4 warps; each warp owns R consecutive rows and walks their K
  * dimension in "items" (32 weights of one block: two spans of 16 for the 4-bit types, one span of 16 for
