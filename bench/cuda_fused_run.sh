@@ -13,13 +13,8 @@ MODEL=$(realpath "$1"); shift
 presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e4b:q4_0)
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader; nvcc --version | tail -1
   nproc; date -u; } 2>&1 | tee "$OUT/env.txt"
-D=$PWD/build-cuda-deps/root/usr
-export CPATH=$D/include:$CPATH LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LIBRARY_PATH LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-gen=(); command -v make >/dev/null || gen=(-G Ninja)
-t0=$(date +%s)
-cmake -S . -B build-dev "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$D -DGEMMAC_CUDA=ON > "$OUT/build.txt" 2>&1 &&
-cmake --build build-dev -j16 --target gemmac_cli test_cuda_ops test_cuda_model >> "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
-echo "build ok in $(( $(date +%s) - t0 )) s"
+. bench/cuda_build.sh
+cuda_build -- gemmac_cli test_cuda_ops test_cuda_model
 rc=0
 timeout 200 ./build-dev/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
 GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1

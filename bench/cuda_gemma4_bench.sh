@@ -5,11 +5,8 @@
 # Usage: bench/cuda_gemma4_bench.sh [PRESET:TYPE ...]   (default gemma4-e2b:q4_0 gemma4-e4b:q4_0 gemma4-26b-a4b:q4_0)
 set -o pipefail
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
-D=$PWD/build-cuda-deps/root/usr
-export CPATH=$D/include:$CPATH LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LIBRARY_PATH LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-gen=(); command -v make >/dev/null || gen=(-G Ninja)
-cmake -S . -B build-dev "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$D -DGEMMAC_CUDA=ON -DGEMMAC_TESTS=OFF > "$OUT/build.txt" 2>&1 &&
-cmake --build build-dev -j16 --target gemmac_cli >> "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+. bench/cuda_build.sh
+cuda_build -DGEMMAC_TESTS=OFF -- gemmac_cli
 presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e2b:q4_0 gemma4-e4b:q4_0 gemma4-26b-a4b:q4_0)
 { nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader; date -u
   for pt in "${presets[@]}"; do
