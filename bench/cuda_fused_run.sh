@@ -4,7 +4,10 @@
 # test_cuda_model (MODEL: a real-weight model small enough to carry, bench/gguf_subset.py), then `gemmac bench
 # -ngl all` on synthetic Gemma 4 files made there (`gemmac synth`), with programmatic dependent launch on and off;
 # PROFILE=1 adds a per-op profile (GEMMAC_CUDA_PROFILE) of the first preset; NPL=1,8,64 adds batched decoding
-# (-npl) at depth DEPTH (default 1024).
+# (-npl) at depth DEPTH (default 1024); PDL_OFF=0 skips the PDL-off run; TRACE=1 adds kernel traces of the first
+# preset (bench/cuda_trace.c under LD_PRELOAD: every kernel's time inside the CUDA graphs) of decoding, pp512 and
+# (with NPL) batched decoding at the largest -npl, demangled into $OUT/trace-*.md (TRACE_PDL=0: traced with PDL
+# off, so that each kernel's duration is its own and not its wait for the kernel before).
 # Logs to $OUT (or /tmp/cuda_out). Usage: bench/cuda_fused_run.sh MODEL.gguf [PRESET:TYPE ...]
 #   (default presets: gemma4-e4b:q4_0)
 set -o pipefail
@@ -14,7 +17,7 @@ presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e4b:q4_0)
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader; nvcc --version | tail -1
   nproc; date -u; } 2>&1 | tee "$OUT/env.txt"
 . bench/cuda_build.sh
-cuda_build -- gemmac_cli test_cuda_ops test_cuda_model
+cuda_build -- gemmac_cli test_cuda_ops test_cuda_model ${TRACE:+gemmac_cuda_trace}
 rc=0
 timeout 200 ./build-dev/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
 GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
@@ -23,8 +26,10 @@ GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/mod
     ./build-dev/gemmac synth --preset "$p" --type "$t" -o "$f" --quiet || continue
     echo "== $p $t ($(stat -c %s "$f" | awk '{printf "%.2f GiB", $1/1073741824}')), PDL on"
     timeout 120 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 128 -r 3
-    echo "== $p $t, PDL off"
-    GEMMAC_CUDA_PDL=0 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -r 3
+    if [ "${PDL_OFF:-1}" != 0 ]; then
+      echo "== $p $t, PDL off"
+      GEMMAC_CUDA_PDL=0 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -r 3
+    fi
     if [ -n "$NPL" ]; then
       echo "== $p $t, batched decoding at depth ${DEPTH:-1024}"
       timeout 200 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -npl "$NPL" -d "${DEPTH:-1024}" -r 2
@@ -33,6 +38,20 @@ GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/mod
       echo "== $p $t, profile (GEMMAC_CUDA_PROFILE=1: no CUDA graphs, an event per op)"
       GEMMAC_CUDA_PROFILE=1 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 512 -n 32 -r 1
       PROFILE=
+    fi
+    if [ -n "$TRACE" ]; then
+      trace() { # NAME BENCH-ARGS...: one traced bench, its kernel table demangled
+        local name=$1; shift
+        rm -f "$OUT/trace.raw"
+        GEMMAC_CUDA_PDL=${TRACE_PDL:-1} LD_PRELOAD=$PWD/build-dev/libgemmac_cuda_trace.so GEMMAC_TRACE_OUT=$OUT/trace.raw \
+          timeout 120 ./build-dev/gemmac bench -m "$f" -ngl all -r 1 "$@" > /dev/null
+        { echo "# $p $t: gemmac bench $*"; c++filt < "$OUT/trace.raw"; } > "$OUT/trace-$name.md"
+        echo "== trace $name: $OUT/trace-$name.md"; head -30 "$OUT/trace-$name.md" | cut -c1-250
+      }
+      trace tg -p 0 -n 64
+      trace pp512 -p 512 -n 0
+      [ -n "$NPL" ] && trace npl -p 0 -n 16 -npl "${NPL##*,}" -d "${DEPTH:-1024}"
+      TRACE=
     fi
     rm -f "$f"
   done; } 2>&1 | tee "$OUT/bench.txt"

@@ -17,7 +17,7 @@
 
 #include "common_cuda.cuh"
 
-enum { ATT_THREADS = 128, ATT_CHUNK = 128, ATT_MIN_SPLIT = 64 };
+enum { ATT_THREADS = 128 };
 
 /* ---- KV store ---- */
 template <typename KV>
@@ -184,135 +184,177 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
 }
 
 /* ---- split attention ----
- * Block (split, kvh, t): query heads kvh·G .. kvh·G + G-1 of token t against visible keys j0..j1-1 (key
- * position lo + j), in chunks of ATT_CHUNK = ATT_THREADS keys. Scores: thread i takes key i of the chunk whole
- * (its row read in 16-byte pieces, the G queries from shared memory, broadcast): no reductions across lanes, so
- * a chunk's scores cost one key's latency (the earlier one-warp-per-key layout spent ~0.3 us of shuffles per key
- * and made multi-token batches latency-bound: 378 us per E4B layer at pp512). Softmax: warp w updates heads
- * w, w+4, ... Values: thread t owns output dims t·DPT .. +DPT-1 of every head. */
-template <typename KV, int D, int G>
+ * Block (split, kvh, tile): R = TQ·G query rows, row r = i·G + g being query head kvh·G + g of batch token
+ * t0 + i (t0 = tile·TQ; the caller guarantees a tile's tokens share one sequence), against the split's share of
+ * the keys the tile sees together (positions LO .. HI, the union of its tokens' ranges; each row masks the keys
+ * outside its own), in chunks of CHUNK = 128 / TPK keys.
+ * Scores: TPK threads per key, each reading every TPK-th 16-byte piece of the key row once for all R rows (q
+ * from shared memory, broadcast), summed over the TPK lanes with shuffles. TPK = 4 (one token per block:
+ * decode) keeps a key row to one round trip per thread; TPK = 1 (tiles: prefill) needs no shuffles.
+ * Softmax: warp w updates rows w, w + 4, ... Values: thread t owns output dims t·DPT .. +DPT-1 of every row.
+ * Cost per key and block: 2·R·D FMAs against 2·D·sizeof(KV) bytes, so a tile of TQ tokens reads K/V once for
+ * TQ tokens (16 query rows: ~8 FMA per byte at f16, compute-bound on the FMA pipes). */
+template <int R>
+__device__ __forceinline__ void load_p_row(const float *p, float out[R]) {
+    if constexpr (R % 4 == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r += 4) {
+            const float4 f = *(const float4 *)(p + r);
+            out[r] = f.x, out[r + 1] = f.y, out[r + 2] = f.z, out[r + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) out[r] = p[r];
+    }
+}
+
+template <typename KV, int D, int G, int TQ, int TPK>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const KV *__restrict__ kc, const KV *__restrict__ vc, int n_slots, int ring, int n_head_kv,
-    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head, int window, int ks,
+    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
     int n_splits, const float *__restrict__ q, float *__restrict__ out, float *__restrict__ part_acc,
     float2 *__restrict__ part_ml) {
     gmc_pdl_wait();
+    constexpr int R = TQ * G;
+    constexpr int CHUNK = ATT_THREADS / TPK;
     constexpr int VE = sizeof(KV) == 2 ? 8 : 4; /* values per 16-byte load */
+    constexpr int NV = D / VE;                   /* 16-byte pieces per key row */
+    constexpr int VPT = NV / TPK;                /* of them per thread in the score phase */
     constexpr int DPT = D / ATT_THREADS;         /* output dims per thread */
-    static_assert(D % VE == 0 && D % ATT_THREADS == 0 && ATT_CHUNK == ATT_THREADS, "head dim");
-    __shared__ __align__(16) float q_s[G][D];
-    __shared__ float p_s[G][ATT_CHUNK];
-    __shared__ float m_s[G], l_s[G], a_s[G];
+    constexpr int PS = R % 4 == 0 ? R + 4 : R;   /* p_s row stride: 16-byte rows, fewer bank conflicts */
+    static_assert(D % VE == 0 && NV % TPK == 0 && D % ATT_THREADS == 0 && CHUNK % 32 == 0, "head dim");
+    __shared__ __align__(16) float q_s[R][D];
+    __shared__ __align__(16) float p_s[CHUNK][PS];
+    __shared__ float m_s[R], l_s[R], a_s[R];
 
-    const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+    const int split = blockIdx.x, kvh = blockIdx.y, t0 = blockIdx.z * TQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int p = pos[t], sq = seq[t];
-    const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    const int n_keys = p - lo + 1;
+    const int sq = seq[t0];
+    int lo_i[TQ], hi_i[TQ]; /* each token's visible key positions; empty (1, 0) past the batch */
+    int LO = 0x7fffffff, HI = -1;
+#pragma unroll
+    for (int i = 0; i < TQ; i++) {
+        lo_i[i] = 1, hi_i[i] = 0;
+        if (t0 + i < n_tokens) {
+            const int p = pos[t0 + i];
+            lo_i[i] = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, hi_i[i] = p;
+            LO = min(LO, lo_i[i]), HI = max(HI, p);
+        }
+    }
+    const int n_keys = HI - LO + 1;
     const int j0 = split * ks;
     const int j1 = split == n_splits - 1 ? n_keys : min(j0 + ks, n_keys);
 
-    const float *qh = q + ((size_t)t * n_head + (size_t)kvh * G) * D;
-    for (int i = threadIdx.x; i < G * D; i += ATT_THREADS) (&q_s[0][0])[i] = qh[i];
-    if (threadIdx.x < G) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
-    float acc[G][DPT];
+    for (int i4 = threadIdx.x; i4 < R * D / 4; i4 += ATT_THREADS) {
+        const int r = i4 / (D / 4), e4 = i4 % (D / 4), i = r / G, g = r % G;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t0 + i < n_tokens) v = ((const float4 *)(q + ((size_t)(t0 + i) * n_head + (size_t)kvh * G + g) * D))[e4];
+        ((float4 *)&q_s[r][0])[e4] = v;
+    }
+    if (threadIdx.x < R) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
+    float acc[R][DPT];
 #pragma unroll
-    for (int g = 0; g < G; g++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int e = 0; e < DPT; e++) acc[g][e] = 0.0f;
+        for (int e = 0; e < DPT; e++) acc[r][e] = 0.0f;
     __syncthreads();
 
     const size_t seq_base = (size_t)sq * n_slots;
-    for (int c0 = j0; c0 < j1; c0 += ATT_CHUNK) {
-        const int cn = min(ATT_CHUNK, j1 - c0);
-        const int jj = threadIdx.x;
-        if (jj < cn) {
-            const int kp = lo + c0 + jj;
+    const int kj = threadIdx.x / TPK, part = threadIdx.x % TPK;
+    for (int c0 = j0; c0 < j1; c0 += CHUNK) {
+        const int cn = min(CHUNK, j1 - c0);
+        const int kp = LO + c0 + kj;
+        float s[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] = 0.0f;
+        if (kj < cn) {
             const int slot = ring ? kp % n_slots : kp;
             const KV *krow = kc + ((seq_base + slot) * n_head_kv + kvh) * D;
-            float s[G];
-#pragma unroll
-            for (int g = 0; g < G; g++) s[g] = 0.0f;
-#pragma unroll 4
-            for (int e0 = 0; e0 < D; e0 += VE) {
+#pragma unroll(VPT < 8 ? VPT : 8)
+            for (int v = 0; v < VPT; v++) {
+                const int e0 = (v * TPK + part) * VE;
                 float kv[VE];
                 ld_kv<KV, VE>(krow + e0, kv);
 #pragma unroll
-                for (int g = 0; g < G; g++)
+                for (int r = 0; r < R; r++)
 #pragma unroll
-                    for (int e = 0; e < VE; e++) s[g] = fmaf(q_s[g][e0 + e], kv[e], s[g]);
+                    for (int e = 0; e < VE; e++) s[r] = fmaf(q_s[r][e0 + e], kv[e], s[r]);
             }
-#pragma unroll
-            for (int g = 0; g < G; g++) p_s[g][jj] = s[g];
         }
-        __syncthreads();
-        for (int g = warp; g < G; g += ATT_THREADS / 32) {
-            float v[ATT_CHUNK / 32], mx = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < ATT_CHUNK / 32; i++) {
-                v[i] = lane + 32 * i < cn ? p_s[g][lane + 32 * i] : -INFINITY;
+        for (int o = 1; o < TPK; o <<= 1)
+#pragma unroll
+            for (int r = 0; r < R; r++) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+        if (kj < cn)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r % TPK == part) p_s[kj][r] = kp >= lo_i[r / G] && kp <= hi_i[r / G] ? s[r] : -INFINITY;
+        __syncthreads();
+        for (int r = warp; r < R; r += ATT_THREADS / 32) {
+            float v[CHUNK / 32], mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < CHUNK / 32; i++) {
+                v[i] = lane + 32 * i < cn ? p_s[lane + 32 * i][r] : -INFINITY;
                 mx = fmaxf(mx, v[i]);
             }
-            const float m_old = m_s[g];
+            const float m_old = m_s[r];
             const float m_new = fmaxf(m_old, gmc_warp_max(mx));
             float sum = 0.0f;
 #pragma unroll
-            for (int i = 0; i < ATT_CHUNK / 32; i++) {
-                const float e = lane + 32 * i < cn ? expf(v[i] - m_new) : 0.0f;
-                p_s[g][lane + 32 * i] = e;
+            for (int i = 0; i < CHUNK / 32; i++) {
+                const float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new); /* masked: 0, never NaN */
+                p_s[lane + 32 * i][r] = e;
                 sum += e;
             }
             sum = gmc_warp_sum(sum);
             if (lane == 0) {
                 const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-                l_s[g] = l_s[g] * alpha + sum;
-                m_s[g] = m_new;
-                a_s[g] = alpha;
+                l_s[r] = l_s[r] * alpha + sum;
+                m_s[r] = m_new;
+                a_s[r] = alpha;
             }
         }
         __syncthreads();
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            const float a = a_s[g];
+        for (int r = 0; r < R; r++) {
+            const float a = a_s[r];
 #pragma unroll
-            for (int e = 0; e < DPT; e++) acc[g][e] *= a;
+            for (int e = 0; e < DPT; e++) acc[r][e] *= a;
         }
         const int d0 = threadIdx.x * DPT;
-#pragma unroll 4
+#pragma unroll 8
         for (int jj = 0; jj < cn; jj++) {
-            const int kp = lo + c0 + jj;
-            const int slot = ring ? kp % n_slots : kp;
+            const int vp = LO + c0 + jj;
+            const int slot = ring ? vp % n_slots : vp;
             const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D + d0;
-            float vv[DPT];
+            float vv[DPT], pr[R];
             ld_kv<KV, DPT>(vrow, vv);
+            load_p_row<R>(&p_s[jj][0], pr);
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                const float pg = p_s[g][jj];
+            for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int e = 0; e < DPT; e++) acc[g][e] = fmaf(pg, vv[e], acc[g][e]);
-            }
+                for (int e = 0; e < DPT; e++) acc[r][e] = fmaf(pr[r], vv[e], acc[r][e]);
         }
         __syncthreads();
     }
 
     const int d0 = threadIdx.x * DPT;
-    if (n_splits == 1) {
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            const float l = l_s[g];
+    for (int r = 0; r < R; r++) {
+        const int t = t0 + r / G, h = kvh * G + r % G;
+        if (t >= n_tokens) break; /* rows are in token order */
+        if (n_splits == 1) {
+            const float l = l_s[r];
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            float *o = out + ((size_t)t * n_head + (size_t)kvh * G + g) * D + d0;
+            float *o = out + ((size_t)t * n_head + h) * D + d0;
 #pragma unroll
-            for (int e = 0; e < DPT; e++) o[e] = acc[g][e] * inv;
-        }
-    } else {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            const size_t idx = ((size_t)t * n_head + (size_t)kvh * G + g) * n_splits + split;
+            for (int e = 0; e < DPT; e++) o[e] = acc[r][e] * inv;
+        } else {
+            const size_t idx = ((size_t)t * n_head + h) * n_splits + split;
             float *o = part_acc + idx * D + d0;
 #pragma unroll
-            for (int e = 0; e < DPT; e++) o[e] = acc[g][e];
-            if (threadIdx.x == 0) part_ml[idx] = make_float2(m_s[g], l_s[g]);
+            for (int e = 0; e < DPT; e++) o[e] = acc[r][e];
+            if (threadIdx.x == 0) part_ml[idx] = make_float2(m_s[r], l_s[r]);
         }
     }
 }
@@ -351,52 +393,93 @@ static int sm_count(void) {
     return n;
 }
 
-static int n_splits_for(int32_t n_tokens, int32_t n_head_kv, int32_t max_keys) {
-    const int by_keys = (max_keys + ATT_MIN_SPLIT - 1) / ATT_MIN_SPLIT;
-    const long blocks = (long)n_tokens * n_head_kv;
+/* The split kernel's shapes: head dims and query heads per KV head it is built for. */
+static bool split_shape(int D, int G) {
+    return (D == 128 || D == 256 || D == 512) && (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
+}
+
+/* Tokens per block: a tile of 16 query rows (16 / G tokens) when the batch is long enough to fill tiles; one
+ * token per block otherwise (and when G = 16). */
+static int tile_for(int32_t n_tokens, int G) { return n_tokens >= 8 && G < 16 ? 16 / G : 1; }
+
+/* Keys per block at least: one chunk (TPK = 4: 32 keys, tiles: 128). Splits: enough blocks to give every SM
+ * two, never a split of less than a chunk. */
+static int n_splits_for(int32_t n_tokens, int32_t n_head_kv, int32_t max_keys, int tq) {
+    const int min_split = tq > 1 ? ATT_THREADS : ATT_THREADS / 4;
+    const int by_keys = (max_keys + min_split - 1) / min_split;
+    const long blocks = (long)((n_tokens + tq - 1) / tq) * n_head_kv;
     int by_fill = (int)((2L * sm_count() + blocks - 1) / blocks);
     if (by_fill < 1) by_fill = 1;
     int s = by_keys < by_fill ? by_keys : by_fill;
     return s < 1 ? 1 : s;
 }
 
-extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t head_dim,
-                                                  int32_t max_keys) {
-    /* n_head_kv is not known here: size for the most splits any n_head_kv >= 1 gives. */
-    const int s = n_splits_for(n_tokens, 1, max_keys);
+extern "C" void gm_cuda_attention_plan(int32_t n_tokens, const int32_t *pos, const int32_t *seq, int32_t window,
+                                       int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t *tile_tokens,
+                                       int32_t *max_keys) {
+    int tq = n_head_kv > 0 && n_head % n_head_kv == 0 && split_shape(head_dim, n_head / n_head_kv)
+                 ? tile_for(n_tokens, n_head / n_head_kv) : 1;
+    for (int32_t t = 0; t < n_tokens && tq > 1; t++)
+        if (t % tq && seq[t] != seq[t - 1]) tq = 1; /* a tile would mix sequences */
+    int32_t mk = 1;
+    for (int32_t t0 = 0; t0 < n_tokens; t0 += tq) {
+        int32_t lo_min = 0x7fffffff, hi = -1;
+        for (int32_t t = t0; t < t0 + tq && t < n_tokens; t++) {
+            const int32_t p = pos[t], lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+            if (lo < lo_min) lo_min = lo;
+            if (p > hi) hi = p;
+        }
+        if (hi - lo_min + 1 > mk) mk = hi - lo_min + 1;
+    }
+    *tile_tokens = tq, *max_keys = mk;
+}
+
+extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t n_head_kv,
+                                                  int32_t head_dim, int32_t max_keys, int32_t tile_tokens) {
+    if (n_head_kv <= 0 || n_head % n_head_kv || !split_shape(head_dim, n_head / n_head_kv)) return 0;
+    const int s = n_splits_for(n_tokens, n_head_kv, max_keys, tile_tokens > 1 ? tile_tokens : 1);
     if (s <= 1) return 0;
     return (size_t)n_tokens * n_head * s * ((size_t)head_dim * sizeof(float) + sizeof(float2));
 }
 
-template <typename KV, int D, int G>
+template <typename KV, int D, int G, int TQ, int TPK>
 static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, float *pacc, float2 *pml, cudaStream_t st) {
     const gm_cuda_kv *kv = a->kv;
-    const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)a->n_tokens);
-    gmc_launch(attn_split_kernel<KV, D, G>, grid, ATT_THREADS, 0, st, (const KV *)kv->k, (const KV *)kv->v, kv->n_slots,
-                                                              kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_head,
-                                                              a->window, ks, n_splits, a->q, a->out, pacc, pml);
+    const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)((a->n_tokens + TQ - 1) / TQ));
+    gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK>, grid, ATT_THREADS, 0, st, (const KV *)kv->k, (const KV *)kv->v,
+               kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head, a->window, ks, n_splits,
+               a->q, a->out, pacc, pml);
+}
+
+/* G query heads per KV head: one token per block (four threads per key), or tiles of 16 / G tokens (G < 16). */
+template <typename KV, int D, int G>
+static void launch_attn_t(const gm_cuda_attn *a, int tq, int n_splits, int ks, float *pacc, float2 *pml,
+                          cudaStream_t st) {
+    if constexpr (G < 16)
+        if (tq > 1) return launch_attn<KV, D, G, 16 / G, 1>(a, n_splits, ks, pacc, pml, st);
+    launch_attn<KV, D, G, 1, 4>(a, n_splits, ks, pacc, pml, st);
 }
 
 template <typename KV, int D>
-static int launch_attn_g(const gm_cuda_attn *a, int G, int n_splits, int ks, float *pacc, float2 *pml,
+static int launch_attn_g(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, float *pacc, float2 *pml,
                          cudaStream_t st) {
     switch (G) {
-    case 1: launch_attn<KV, D, 1>(a, n_splits, ks, pacc, pml, st); return 0;
-    case 2: launch_attn<KV, D, 2>(a, n_splits, ks, pacc, pml, st); return 0;
-    case 4: launch_attn<KV, D, 4>(a, n_splits, ks, pacc, pml, st); return 0;
-    case 8: launch_attn<KV, D, 8>(a, n_splits, ks, pacc, pml, st); return 0;
-    case 16: launch_attn<KV, D, 16>(a, n_splits, ks, pacc, pml, st); return 0;
+    case 1: launch_attn_t<KV, D, 1>(a, tq, n_splits, ks, pacc, pml, st); return 0;
+    case 2: launch_attn_t<KV, D, 2>(a, tq, n_splits, ks, pacc, pml, st); return 0;
+    case 4: launch_attn_t<KV, D, 4>(a, tq, n_splits, ks, pacc, pml, st); return 0;
+    case 8: launch_attn_t<KV, D, 8>(a, tq, n_splits, ks, pacc, pml, st); return 0;
+    case 16: launch_attn_t<KV, D, 16>(a, tq, n_splits, ks, pacc, pml, st); return 0;
     }
     return -1;
 }
 
 template <typename KV>
-static int launch_attn_d(const gm_cuda_attn *a, int G, int n_splits, int ks, float *pacc, float2 *pml,
+static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, float *pacc, float2 *pml,
                          cudaStream_t st) {
     switch (a->kv->head_dim) {
-    case 128: return launch_attn_g<KV, 128>(a, G, n_splits, ks, pacc, pml, st);
-    case 256: return launch_attn_g<KV, 256>(a, G, n_splits, ks, pacc, pml, st);
-    case 512: return launch_attn_g<KV, 512>(a, G, n_splits, ks, pacc, pml, st);
+    case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, pacc, pml, st);
+    case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, pacc, pml, st);
+    case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, pacc, pml, st);
     }
     return -1;
 }
@@ -493,13 +576,15 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     if (a->n_tokens == 0) return 0;
     const int G = a->n_head / a->kv->n_head_kv;
     const int D = a->kv->head_dim;
-    const bool fast = (D == 128 || D == 256 || D == 512) && (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
-    if (!fast) {
+    if (!split_shape(D, G)) {
         const int rc = a->kv->type == GMC_F16 ? launch_attn_warp<__half>(a, stream) : launch_attn_warp<float>(a, stream);
         if (rc) return gmc_fail(-1, "attention: head_dim %d is over 1024", D);
         return gmc_check_launch("attention (one warp per head)");
     }
-    const int n_splits = n_splits_for(a->n_tokens, a->kv->n_head_kv, a->max_keys);
+    const int tq = a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
+    if (a->tile_tokens > 1 && a->tile_tokens != tq)
+        return gmc_fail(-1, "attention: tiles of %d tokens planned, %d built", a->tile_tokens, tq);
+    const int n_splits = n_splits_for(a->n_tokens, a->kv->n_head_kv, a->max_keys, tq);
     const int ks = (a->max_keys + n_splits - 1) / n_splits;
     float *pacc = NULL;
     float2 *pml = NULL;
@@ -509,8 +594,8 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         pacc = (float *)scratch;
         pml = (float2 *)(pacc + (size_t)a->n_tokens * a->n_head * n_splits * a->kv->head_dim);
     }
-    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, n_splits, ks, pacc, pml, stream)
-                                          : launch_attn_d<float>(a, G, n_splits, ks, pacc, pml, stream);
+    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, pacc, pml, stream)
+                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, pacc, pml, stream);
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", a->kv->head_dim, G);
     int e = gmc_check_launch("attention");
     if (e || n_splits == 1) return e;

@@ -799,20 +799,17 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
     }
     const int32_t *dpos = dev_ints(c, a->pos, a->n_tokens, "attention"), *dseq = dev_ints(c, a->seq, a->n_tokens, "attention");
     if (!dpos || !dseq) return;
-    /* the most keys any query of the batch sees, from the host positions: sizes the split of the keys; in a
-     * graph-eligible forward rounded up to 256, so one graph serves every position of its bucket (the kernels
-     * find each query's real key range from the device positions; extra splits are empty) */
-    int32_t max_keys = 1;
-    for (int32_t t = 0; t < a->n_tokens; t++) {
-        const int32_t p = a->pos[t];
-        const int32_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        if (p - lo + 1 > max_keys) max_keys = p - lo + 1;
-    }
+    /* the tiling and the most keys one block's queries see, from the host positions; in a graph-eligible forward
+     * max_keys is rounded up to 256, so one graph serves every position of its bucket (the kernels find each
+     * query's real key range from the device positions; extra splits are empty) */
+    int32_t tile = 1, max_keys = 1;
+    gm_cuda_attention_plan(a->n_tokens, a->pos, a->seq, a->window, a->n_head, a->n_head_kv, a->head_dim, &tile,
+                           &max_keys);
     if (c->gbucket) max_keys = (int32_t)(((int64_t)max_keys + 255) / 256 * 256);
     const gm_attn_prep *pp = a->prep; /* one GRAPH_OP per op: a replay returns at the first */
     GRAPH_OP(c, 9, PB(l->k), PB(l->v), IB(l->n_slots), IB(l->ring), IB(l->elem), IB(a->write_kv), IB(a->n_tokens),
              PB(dpos), PB(dseq), IB(a->n_head), IB(a->n_head_kv), IB(a->head_dim), IB(a->window), PB(a->q), PB(a->k),
-             PB(a->v), PB(a->out), IB(max_keys), IB(pp != NULL), PB(pp ? pp->q_norm : NULL), PB(pp ? pp->k_norm : NULL),
+             PB(a->v), PB(a->out), IB(max_keys), IB(tile), IB(pp != NULL), PB(pp ? pp->q_norm : NULL), PB(pp ? pp->k_norm : NULL),
              IB(pp && pp->v_norm), IB(pp && pp->v_from_k), fbits(pp ? pp->eps : 0), IB(pp ? pp->n_rot : 0),
              fbits(pp ? pp->base : 0), fbits(pp ? pp->freq_scale : 0), PB(pp ? pp->freq_factors : NULL),
              fbits(pp ? pp->q_scale : 0));
@@ -831,10 +828,11 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
                !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store")) {
         return;
     }
-    const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->head_dim, max_keys);
+    const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, max_keys, tile);
     if (need && !grow(c, &c->attn, &c->attn_bytes, need, "attention scratch")) return;
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
-                             .window = a->window, .max_keys = max_keys, .q = a->q, .out = a->out};
+                             .window = a->window, .max_keys = max_keys, .tile_tokens = tile, .q = a->q,
+                             .out = a->out};
     k_ok(c, gm_cuda_attention(&at, c->attn, c->attn_bytes, c->stream), "attention");
 }
 

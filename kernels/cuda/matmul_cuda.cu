@@ -163,6 +163,85 @@ __global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, 
     }
 }
 
+/* The same preparation with the row held in registers (q8_0 or f32 output, K a multiple of 32, at most
+ * 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of each, so x and the
+ * residual are read once, coalesced, every reduction is shuffles plus one pass through shared memory, and a
+ * q8_0 block's amax is one warp max. The quantizer's arithmetic is quant_q8_0_block's, operation for operation
+ * (the same bytes for the same v); the rms sums are added in another order than gmc_row_rms_scale's. One block
+ * of 32 · W threads per row: a decoding step's rows are short serial chains, and this one is the shortest. */
+__device__ __forceinline__ float block_sum(float v, float *part) {
+    v = gmc_warp_sum(v);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
+    __syncthreads(); /* part is reused by the next call */
+    return t;
+}
+
+template <int VPL>
+__global__ void __launch_bounds__(1024) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
+                                                            int8_t *__restrict__ xq, float *__restrict__ xd,
+                                                            float *__restrict__ xf) {
+    __shared__ float part[32];
+    gmc_pdl_wait();
+    const int64_t r = blockIdx.x;
+    const int K = (int)in.K, nb = K / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
+    float *xr = in.x + r * K;
+    float v[VPL];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int b = warp + i * W;
+        v[i] = b < nb ? xr[32 * b + lane] : 0.0f;
+    }
+    if (in.res_add) {
+        const float *ar = in.res_add + r * K;
+        float a[VPL], ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int b = warp + i * W;
+            a[i] = b < nb ? ar[32 * b + lane] : 0.0f;
+            ss = fmaf(a[i], a[i], ss);
+        }
+        const float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int b = warp + i * W;
+            if (b >= nb) continue;
+            float t = __fmul_rn(a[i], rs);
+            if (in.res_w) t = __fmul_rn(t, in.res_w[32 * b + lane]);
+            float y = __fadd_rn(v[i], t);
+            if (in.res_scale != 1.0f) y = __fmul_rn(y, in.res_scale);
+            v[i] = y;
+            xr[32 * b + lane] = y;
+        }
+    }
+    float scale = 1.0f;
+    if (in.norm) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VPL; i++) ss = fmaf(v[i], v[i], ss);
+        scale = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+    }
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int b = warp + i * W;
+        if (b >= nb) continue; /* whole warps skip together: b depends on the warp only */
+        const int j = 32 * b + lane;
+        float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
+        if (in.norm && in.w) t = __fmul_rn(t, in.w[j]);
+        if (act_type == GMC_Q8_0) {
+            const float amax = gmc_warp_max(fabsf(t));
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            xq[r * K + j] = (int8_t)__float2int_rn(__fmul_rn(t, id));
+            if (lane == 0) xd[r * nb + b] = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+        } else {
+            xf[r * K + j] = t;
+        }
+    }
+}
+
 #include "quant_items_cuda.cuh"
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -627,7 +706,17 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
         return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
     float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
-    gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+    const int64_t nb = in->K / 32;
+    if (act_type != GMC_Q8_K && in->K % 32 == 0 && nb <= 32 * 8) { /* the row in registers */
+        const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
+        const dim3 grid((unsigned)in->n);
+        if (vpl <= 1) gmc_launch(act_prep_reg_kernel<1>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+        else if (vpl <= 2) gmc_launch(act_prep_reg_kernel<2>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+        else if (vpl <= 4) gmc_launch(act_prep_reg_kernel<4>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+        else gmc_launch(act_prep_reg_kernel<8>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+    } else {
+        gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
+    }
     return gmc_check_launch("prepare_act");
 }
 

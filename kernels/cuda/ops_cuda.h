@@ -199,7 +199,10 @@ typedef struct gm_cuda_attn {
     int32_t n_head;            /* fast path: n_head / kv->n_head_kv in {1, 2, 4, 8, 16} and head_dim in {128, 256,
                                   512}; any other even head_dim <= 1024 and grouping: a one-warp-per-head kernel */
     int32_t window;            /* 0: full; else key k visible iff pos_k <= pos_q and pos_q - pos_k < window */
-    int32_t max_keys;          /* host-side upper bound of the keys any query sees (sizes the split) */
+    int32_t max_keys;          /* host-side upper bound of the keys one block's queries see together (sizes the
+                                  split): gm_cuda_attention_plan */
+    int32_t tile_tokens;       /* 0 / 1: one token per block; else gm_cuda_attention_plan's tile (its tokens share
+                                  one sequence and their K/V reads) */
     const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
     float *out;                /* [n_tokens][n_head][head_dim] */
 } gm_cuda_attn;
@@ -225,9 +228,15 @@ typedef struct gm_cuda_prep {
 } gm_cuda_prep;
 int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream);
 
-/* Split-K (flash-decoding) attention: the visible keys of each query are cut into splits processed by
- * separate blocks, each with an online softmax, then merged. scratch: gm_cuda_attention_scratch_bytes. */
-size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_keys);
+/* Split-K (flash-decoding) attention: the visible keys of each query (or of a tile of consecutive batch tokens
+ * of one sequence) are cut into splits processed by separate blocks, each with an online softmax, then merged.
+ * The plan, from the host copies of pos / seq: tile_tokens (1, or the tile when every tile of that many
+ * consecutive tokens holds one sequence and the batch is long enough) and max_keys for it.
+ * scratch: gm_cuda_attention_scratch_bytes with the plan's values. */
+void gm_cuda_attention_plan(int32_t n_tokens, const int32_t *pos, const int32_t *seq, int32_t window, int32_t n_head,
+                            int32_t n_head_kv, int32_t head_dim, int32_t *tile_tokens, int32_t *max_keys);
+size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                       int32_t max_keys, int32_t tile_tokens);
 int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 #ifdef __cplusplus

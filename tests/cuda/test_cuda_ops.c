@@ -488,11 +488,12 @@ static void test_gelu_softcap(void **state) {
 
 /* ---- KV store + attention ---- */
 typedef struct attn_case {
-    int n_head, n_head_kv, hd, kv_type, window, n_tokens, same_seq, over_keys;
+    int n_head, n_head_kv, hd, kv_type, window, n_tokens, same_seq, two_runs, over_keys;
 } attn_case;
 
 static void run_attention(const attn_case *c) {
-    const int n_seq = 2, n_batch = 8, D = c->hd, hkv = c->n_head_kv, nh = c->n_head, G = nh / hkv;
+    enum { MAX_T = 64 };
+    const int n_seq = 2, n_batch = MAX_T, D = c->hd, hkv = c->n_head_kv, nh = c->n_head, G = nh / hkv;
     const int ring = c->window > 0, n_slots = ring ? c->window + n_batch : 1100;
     const size_t row = (size_t)hkv * D, esz = c->kv_type == GM_TYPE_F16 ? 2 : 4;
     const size_t cache_vals = (size_t)n_seq * n_slots * row;
@@ -503,20 +504,28 @@ static void run_attention(const attn_case *c) {
         if (esz == 2) ((gm_f16 *)kc)[i] = gm_f32_to_f16(a), ((gm_f16 *)vc)[i] = gm_f32_to_f16(b);
         else ((float *)kc)[i] = a, ((float *)vc)[i] = b;
     }
-    /* the batch: decode (one token per sequence) or a run of consecutive positions in one sequence */
+    /* the batch: decode (one token per sequence), a run of consecutive positions in one sequence, or two runs
+     * (sequence 0 then 1: tiles of the split kernel must not mix them) */
     const int T = c->n_tokens;
-    int32_t pos[8], seq[8];
+    assert_true(T <= MAX_T);
+    int32_t pos[MAX_T], seq[MAX_T];
     /* positions of one sequence in a batch are distinct (t mod 4 differs), so no two tokens share a slot */
     const int p0 = ring ? 4 * (175 + (int)urand(75)) : 4 * (10 + (int)urand(250));
+    const int p1 = ring ? 4 * (175 + (int)urand(75)) : 4 * (10 + (int)urand(250));
     for (int t = 0; t < T; t++) {
-        seq[t] = c->same_seq ? 1 : t % n_seq;
-        pos[t] = c->same_seq ? p0 + t : t == 0 ? p0 : 4 * (int)urand(ring ? 500 : 250) + t;
+        if (c->two_runs) {
+            seq[t] = t < 20 ? 0 : 1;
+            pos[t] = t < 20 ? p0 + t : p1 + t - 20;
+        } else {
+            seq[t] = c->same_seq ? 1 : t % n_seq;
+            pos[t] = c->same_seq ? p0 + t : t == 0 ? p0 : 4 * (int)urand(ring ? 500 : 250) + t;
+        }
     }
-    int max_keys = 0;
-    for (int t = 0; t < T; t++) {
-        const int lo = ring && pos[t] - c->window + 1 > 0 ? pos[t] - c->window + 1 : 0;
-        if (pos[t] - lo + 1 > max_keys) max_keys = pos[t] - lo + 1;
-    }
+    int32_t tile = 0, max_keys = 0;
+    gm_cuda_attention_plan(T, pos, seq, c->window, nh, hkv, D, &tile, &max_keys);
+    const bool split_shape = (D == 128 || D == 256 || D == 512) && (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
+    if (split_shape && G < 16 && T >= 8 && (c->same_seq || (c->two_runs && 20 % (16 / G) == 0)))
+        assert_int_equal(tile, 16 / G); /* the tiled kernel is what this case tests */
     if (c->over_keys) max_keys = 4096;
     const size_t qn = (size_t)T * nh * D;
     float *q = malloc(sizeof(float) * qn), *k = malloc(sizeof(float) * T * row), *v = malloc(sizeof(float) * T * row);
@@ -529,13 +538,13 @@ static void run_attention(const attn_case *c) {
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T), *dseq = dev_upload(seq, sizeof(int32_t) * T);
     const gm_cuda_kv kv = {.type = c->kv_type, .n_slots = n_slots, .ring = ring, .n_head_kv = hkv, .head_dim = D,
                            .k = dk, .v = dv};
-    const size_t sb = gm_cuda_attention_scratch_bytes(T, nh, D, max_keys);
+    const size_t sb = gm_cuda_attention_scratch_bytes(T, nh, hkv, D, max_keys, tile);
     void *dscr = sb ? dev_alloc(sb) : NULL;
     if (dscr) dev_poison(dscr, sb);
     dev_poison(dout, sizeof(float) * qn);
     CK(gm_cuda_kv_store(&kv, dkn, dvn, T, dpos, dseq, NULL));
     const gm_cuda_attn a = {.kv = &kv, .n_tokens = T, .pos = dpos, .seq = dseq, .n_head = nh, .window = c->window,
-                            .max_keys = max_keys, .q = dq, .out = dout};
+                            .max_keys = max_keys, .tile_tokens = tile, .q = dq, .out = dout};
     CK(gm_cuda_attention(&a, dscr, sb, NULL));
     float *out = malloc(sizeof(float) * qn);
     dev_download(out, dout, sizeof(float) * qn);
@@ -583,8 +592,9 @@ static void run_attention(const attn_case *c) {
     }
     for (size_t i = 0; i < qn; i++) tol[i] = 5e-5;
     char what[128];
-    snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d%s", nh, hkv, D, esz == 2 ? "f16" : "f32",
-             c->window, T, c->over_keys ? " (max_keys 4096)" : "");
+    snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d tile=%d%s%s", nh, hkv, D,
+             esz == 2 ? "f16" : "f32", c->window, T, tile, c->two_runs ? " (two runs)" : "",
+             c->over_keys ? " (max_keys 4096)" : "");
     expect_close(what, out, want, tol, qn);
     free(kc), free(vc), free(q), free(k), free(v), free(out), free(back), free(want), free(tol), free(kr), free(vr);
     free(scores), free(o);
@@ -601,14 +611,16 @@ static void test_attention(void **state) {
     int cases = 0;
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
         for (int kt = 0; kt < 2; kt++)
-            for (int variant = 0; variant < 4; variant++) {
+            for (int variant = 0; variant < 7; variant++) {
                 /* 0: decode of 2 sequences, full; 1: decode, sliding window 512 in a ring; 2: 5 consecutive tokens of
-                 * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys */
+                 * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys; 4: 37 consecutive tokens,
+                 * full (tiles, the last one partial); 5: 37 tokens, window 64 (tiles in a ring); 6: runs of 20 and
+                 * 17 tokens of two sequences (tiles where 20 is a multiple of the tile, else one token per block) */
+                static const int n_tok[7] = {2, 2, 5, 4, 37, 37, 37}, win[7] = {0, 512, 64, 0, 0, 64, 0};
                 const attn_case c = {.n_head = heads[hi][0], .n_head_kv = heads[hi][1], .hd = heads[hi][2],
-                                     .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16,
-                                     .window = variant == 1 ? 512 : variant == 2 ? 64 : 0,
-                                     .n_tokens = variant == 0 ? 2 : variant == 1 ? 2 : variant == 2 ? 5 : 4,
-                                     .same_seq = variant == 2, .over_keys = variant == 3};
+                                     .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16, .window = win[variant],
+                                     .n_tokens = n_tok[variant], .same_seq = variant == 2 || variant == 4 || variant == 5,
+                                     .two_runs = variant == 6, .over_keys = variant == 3};
                 run_attention(&c);
                 cases++;
             }
@@ -1010,7 +1022,8 @@ static void test_gemm(void **state) {
                 run_gemm(cublas, types[t], 512, GM_CUDA_GEMM_MIN_N + (int)urand(40), epi, v >= 1, v == 2, 0);
                 cases++;
             }
-    /* a single matrix larger than the stack limit goes through in chunks of rows (limit 2^16 values: 128 rows) */
+    /* a single matrix larger than the stack limit goes through in chunks of rows (limit 2^16 values: 128 rows,
+     * raised to the 256-row minimum chunk) */
     gm_cuda_set_gemm_chunk_log2(16);
     run_gemm(cublas, GM_TYPE_Q4_0, 512, 20, GM_CUDA_EPI_STORE, true, false, 300), cases++;
     run_gemm(cublas, GM_TYPE_F16, 512, 17, GM_CUDA_EPI_STORE, false, true, 333), cases++;
