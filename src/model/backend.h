@@ -123,6 +123,13 @@ typedef struct gm_backend_ops {
     void (*release)(gm_backend *b, float *buf);
     /* Copies n floats of a buffer to host memory. */
     void (*read)(gm_backend *b, const float *buf, float *host, int64_t n);
+    /* Optional: host memory that read() fills fastest (page-locked for a GPU), and its release; NULL: malloc /
+     * free. A context's logits live there. */
+    void *(*host_alloc)(gm_backend *b, size_t n);
+    void (*host_free)(gm_backend *b, void *p);
+    /* Rows of logits one LM-head product covers (the scratch holds that many; 0: GM_LOGITS_CHUNK). A GPU wants a
+     * whole batch of sequences in one product: the LM head is its largest matrix. */
+    int32_t logits_rows;
     /* out[i][:] = row ids[i] of table, dequantized, times scale; an id outside [0, rows of table) reads row 0
      * (the per-layer embeddings of Gemma 3n / 4 are narrower than the vocabulary). out: [n][table.ne0] */
     void (*get_rows)(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale, float *out);

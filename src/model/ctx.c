@@ -120,16 +120,24 @@ fail:
     return st;
 }
 
+/* The logits buffer, from the backend's host memory when it has its own (backend.h host_alloc). */
+static void logits_free(gemmac_ctx *c) {
+    if (c->logits && c->backend && c->backend->ops->host_free) c->backend->ops->host_free(c->backend, c->logits);
+    else free(c->logits);
+    c->logits = NULL;
+    c->logits_rows_cap = 0;
+}
+
 void gemmac_ctx_free(gemmac_ctx *c) {
     if (!c) return;
     gm_kv_cache_free(c->kv); /* its storage belongs to the backend: freed first */
+    logits_free(c);          /* as may the logits' */
     if (c->backend) {
         gm_scratch_free(c->scratch, c->backend);
         c->backend->ops->free(c->backend);
     }
     free(c->seq_next);
     free(c->out_rows);
-    free(c->logits);
     free(c->logits_row);
     free(c);
 }
@@ -173,10 +181,12 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
     gemmac_status st = validate(c, bt, &n_out);
     if (st != GEMMAC_OK) return st;
     const int32_t V = c->model->hp.n_vocab;
-    if (n_out > c->logits_rows_cap) {
-        float *l = realloc(c->logits, sizeof(float) * (size_t)n_out * (size_t)V);
-        if (!l) return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "no memory for logits of %d tokens", n_out);
-        c->logits = l;
+    if (n_out > c->logits_rows_cap) { /* the old logits are gone: nothing to keep */
+        logits_free(c);
+        const size_t bytes = sizeof(float) * (size_t)n_out * (size_t)V;
+        const gm_backend_ops *o = c->backend->ops;
+        c->logits = o->host_alloc ? o->host_alloc(c->backend, bytes) : malloc(bytes);
+        if (!c->logits) return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "no memory for logits of %d tokens", n_out);
         c->logits_rows_cap = n_out;
     }
     if (bt->n_tokens > c->last_cap) {

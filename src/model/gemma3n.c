@@ -548,10 +548,10 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
         for (int k = 1; k < K; k++) op->add_scale(b, streams + k * nH, s->xn, nH, 1.0f);
     }
 
-    /* logits of the wanted rows, GM_LOGITS_CHUNK at a time: streams 1.. unembedded and rescaled to the magnitude
+    /* logits of the wanted rows, s->logits_rows at a time: streams 1.. unembedded and rescaled to the magnitude
      * of stream 0, the mean of all streams, final norm, tied head, softcap */
-    for (int32_t i0 = 0; i0 < a->n_out; i0 += GM_LOGITS_CHUNK) {
-        const int32_t nc = a->n_out - i0 < GM_LOGITS_CHUNK ? a->n_out - i0 : GM_LOGITS_CHUNK;
+    for (int32_t i0 = 0; i0 < a->n_out; i0 += s->logits_rows) {
+        const int32_t nc = a->n_out - i0 < s->logits_rows ? a->n_out - i0 : s->logits_rows;
         const int32_t *rows = a->out_rows + i0;
         op->gather(b, streams, H, rows, nc, s->x);
         op->gather(b, streams, H, rows, nc, s->xo);

@@ -586,9 +586,9 @@ static gemmac_status gemma4_forward(const gm_forward_args *a, gm_error *err) {
         }
     }
     gm_residual_flush(&res);
-    /* logits of the wanted rows, GM_LOGITS_CHUNK at a time */
-    for (int32_t i0 = 0; i0 < a->n_out; i0 += GM_LOGITS_CHUNK) {
-        const int32_t nc = a->n_out - i0 < GM_LOGITS_CHUNK ? a->n_out - i0 : GM_LOGITS_CHUNK;
+    /* logits of the wanted rows, s->logits_rows at a time */
+    for (int32_t i0 = 0; i0 < a->n_out; i0 += s->logits_rows) {
+        const int32_t nc = a->n_out - i0 < s->logits_rows ? a->n_out - i0 : s->logits_rows;
         op->gather(b, s->x, H, a->out_rows + i0, nc, s->xo);
         op->rmsnorm(b, s->xo, s->xo, nc, H, vec(&w->output_norm), eps);
         op->matmul(b, &w->output, s->xo, nc, s->logits);

@@ -481,7 +481,7 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
     sb_printf(&b, "                  KV cache %.2f MiB for %d tokens of one sequence (f16), +%.2f MiB per 1K more\n",
               kv / 1048576.0, n_ctx, kv_more / 1048576.0);
     sb_printf(&b, "                  activations %.2f MiB for batches of 512 tokens\n",
-              gm_scratch_bytes(m, 512) / 1048576.0);
+              gm_scratch_bytes(m, 512, GM_LOGITS_CHUNK) / 1048576.0);
     sb_printf(&b, "                  resident %.2f MiB planned (weights the forward touches, KV, activations, "
               "tokenizer)\n", gemmac_model_plan_bytes(m, n_ctx, 512) / 1048576.0);
     return b.len;
@@ -503,7 +503,7 @@ uint64_t gemmac_model_plan_bytes(const gemmac_model *m, int32_t n_ctx, int32_t n
     if (te->data && m->w.output.data && m->w.output.data != te->data) weights -= te->row_bytes * (uint64_t)gm_tensor_rows(te);
     const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, n_batch, false);
     const int32_t out_rows = n_batch < GM_LOGITS_CHUNK ? n_batch : GM_LOGITS_CHUNK;
-    const uint64_t scratch = gm_scratch_bytes(m, n_batch) -
+    const uint64_t scratch = gm_scratch_bytes(m, n_batch, GM_LOGITS_CHUNK) -
                              sizeof(float) * (uint64_t)(GM_LOGITS_CHUNK - out_rows) * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
     const uint64_t logits = sizeof(float) * (uint64_t)hp->n_vocab * (uint64_t)out_rows;
     const uint64_t meta = m->gguf ? 2 * gm_gguf_data_offset(m->gguf) : 0;
@@ -541,7 +541,13 @@ static int64_t moe_width(const gm_hparams *hp) {
     return 0;
 }
 
-uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch) {
+int32_t gm_logits_rows(const gm_backend *b, int32_t n_batch) {
+    int32_t rows = b && b->ops->logits_rows > 0 ? b->ops->logits_rows : GM_LOGITS_CHUNK;
+    if (rows > n_batch) rows = n_batch; /* a forward never wants more */
+    return rows < GM_LOGITS_CHUNK ? GM_LOGITS_CHUNK : rows;
+}
+
+uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch, int32_t logits_rows) {
     const gm_hparams *hp = &m->hp;
     int64_t qd, kvd, ff;
     max_widths(hp, &qd, &kvd, &ff);
@@ -550,7 +556,7 @@ uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch) {
     const uint64_t per_token = 2 * (uint64_t)hp->n_embd + 2 * (uint64_t)qd + 2 * (uint64_t)kvd + 2 * (uint64_t)ff +
                                (uint64_t)(2 * a_streams + a_aux + a_small + 2 * a_ple) +
                                (uint64_t)moe_width(hp);
-    const uint64_t fixed = (uint64_t)GM_LOGITS_CHUNK * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
+    const uint64_t fixed = (uint64_t)logits_rows * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);
     return sizeof(float) * (per_token * (uint64_t)n_batch + fixed);
 }
 
@@ -571,8 +577,9 @@ gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_bat
     s->v = b->ops->alloc(b, n * kvd);
     s->g = b->ops->alloc(b, n * ff);
     s->u = b->ops->alloc(b, n * ff);
-    s->xo = b->ops->alloc(b, (int64_t)GM_LOGITS_CHUNK * hp->n_embd);
-    s->logits = b->ops->alloc(b, (int64_t)GM_LOGITS_CHUNK * hp->n_vocab);
+    s->logits_rows = gm_logits_rows(b, n_batch);
+    s->xo = b->ops->alloc(b, (int64_t)s->logits_rows * hp->n_embd);
+    s->logits = b->ops->alloc(b, (int64_t)s->logits_rows * hp->n_vocab);
     int64_t a_streams, a_aux, a_small, a_ple;
     altup_widths(hp, &a_streams, &a_aux, &a_small, &a_ple);
     if (a_streams) {

@@ -105,8 +105,9 @@ typedef struct gm_scratch {
     float *q, *att;            /* [n_batch][max n_head·D] */
     float *k, *v;              /* [n_batch][max n_head_kv·D] */
     float *g, *u;              /* [n_batch][max n_ff] */
-    float *xo;                 /* [GM_LOGITS_CHUNK][H] rows whose logits are wanted */
-    float *logits;             /* [GM_LOGITS_CHUNK][n_vocab] */
+    int32_t logits_rows;       /* rows of logits per LM-head product: gm_logits_rows */
+    float *xo;                 /* [logits_rows][H] rows whose logits are wanted */
+    float *logits;             /* [logits_rows][n_vocab] */
     /* Gemma 3n (NULL for models without AltUp / per-layer embeddings) */
     float *streams, *pred;     /* [altup_num_inputs][n_batch][H] AltUp streams and their predictions */
     float *aux;                /* [n_batch][H] LAuReL output, unembedded streams */
@@ -118,13 +119,15 @@ typedef struct gm_scratch {
     float *moe_in, *moe_out;   /* [n_batch][H] the experts' normed input, their weighted sum */
 } gm_scratch;
 
-/* Logits are computed this many rows at a time (a full batch of 262144-wide rows would not fit). */
+/* Logits are computed this many rows at a time by default (a full batch of 262144-wide rows would not fit);
+ * a backend may ask for more (gm_backend_ops.logits_rows), never more than a batch. */
 #define GM_LOGITS_CHUNK 16
+int32_t gm_logits_rows(const gm_backend *b, int32_t n_batch);
 
 gemmac_status gm_scratch_new(const gemmac_model *m, gm_backend *b, int32_t n_batch, gm_scratch **out, gm_error *err);
 void gm_scratch_free(gm_scratch *s, gm_backend *b);
 /* Bytes gm_scratch_new allocates for n_batch tokens (the memory plan). */
-uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch);
+uint64_t gm_scratch_bytes(const gemmac_model *m, int32_t n_batch, int32_t logits_rows);
 
 /* One forward call over a batch already validated and placed in the cache by the context. */
 typedef struct gm_forward_args {
