@@ -1011,6 +1011,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->device = device;
     const char *ge = getenv("GEMMAC_CUDA_GRAPHS"), *pe = getenv("GEMMAC_CUDA_PROFILE");
     c->graphs = !(ge && ge[0] == '0');
+    const char *mq = getenv("GEMMAC_CUDA_MMQ_MAX_N"); /* largest batch on the int8 tensor-core path */
+    if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||
         !cu_ok(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream") ||
         !cu_ok(c, cudaEventCreateWithFlags(&c->ints_copied, cudaEventDisableTiming), "creating an event")) {

@@ -165,7 +165,7 @@ static int64_t chunk_rows(const gm_cuda_multi *m) {
 }
 
 extern "C" int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n) {
-    if (n < GM_CUDA_GEMM_MIN_N || !m || m->n_w < 1) return 0;
+    if (n < GM_CUDA_GEMM_MIN_N || !m || m->n_w < 1 || gm_cuda_mmq_eligible(m, n)) return 0;
     int64_t values = 0;
     for (int i = 0; i < m->n_w; i++) {
         const gm_cuda_mat *w = &m->w[i];

@@ -681,6 +681,9 @@ extern "C" int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n,
     if (rc) return rc;
     if (!is_quant(w->type)) return gmc_fail(-1, "matmul_q: type %d takes f32 activations", w->type);
     if (n <= 0 || !xq || !y) return gmc_fail(-1, "matmul_q: bad arguments");
+    gm_cuda_multi one = {};
+    one.n_w = 1, one.w[0] = *w, one.y[0] = y, one.epi = GM_CUDA_EPI_STORE;
+    if (gm_cuda_mmq_eligible(&one, n)) return gm_cuda_mmq_multi(&one, xq, n, stream); /* int8 tensor cores */
     return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(xq, w->ne0, n), n, NULL, 0, 1, 0, stream);
 }
 
@@ -735,6 +738,7 @@ extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int
     }
     if (m->epi == GM_CUDA_EPI_GEGLU && m->w[1].ne1 != m->w[0].ne1)
         return gmc_fail(-1, "matmul_multi: GeGLU halves of different heights");
+    if (gm_cuda_mmq_eligible(m, n)) return gm_cuda_mmq_multi(m, act, n, stream); /* int8 tensor cores */
     const int epi = m->epi == GM_CUDA_EPI_GEGLU ? EPI_GEGLU : m->epi == GM_CUDA_EPI_GELU_MUL ? EPI_GELU_MUL : EPI_STORE;
     const MvAct x = is_quant(m->w[0].type) ? act_of(act, m->w[0].ne0, n) : MvAct{NULL, NULL, (const float *)act};
     return mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, 0, 1, 0, stream);

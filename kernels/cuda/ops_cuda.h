@@ -89,6 +89,15 @@ typedef struct gm_cuda_multi {
     const float *mul;
 } gm_cuda_multi;
 int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
+/* The int8 tensor-core path (mmq_cuda.cu), taken by gm_cuda_matmul_multi for GM_CUDA_MMQ_MIN_N ..
+ * gm_cuda_set_mmq_max_n columns of q4_0 or q8_0 matrices (one type): the quantized activations as for the matvec,
+ * no f16 copy of the weights. gm_cuda_gemm_eligible leaves such batches to it. */
+enum { GM_CUDA_MMQ_MIN_N = 16 };
+int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n);
+int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
+/* Largest batch for the int8 path (default 0: off, it is still slower than the f16 path; beyond it: the f16
+ * cuBLAS path). Process-wide; GEMMAC_CUDA_MMQ_MAX_N sets it when a CUDA backend is created. */
+void gm_cuda_set_mmq_max_n(int n);
 /* The tensor-core path (gemm_cuda.cu) for n >= GM_CUDA_GEMM_MIN_N columns: the matrices of m dequantized to f16
  * into the scratch, the input prepared as gm_cuda_prepare_act says and converted to f16 with a power-of-two
  * scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:
