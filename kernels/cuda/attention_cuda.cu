@@ -1,18 +1,20 @@
-/* attention_cuda.cu: the KV store and decode attention of the CUDA backend. Owns: writing a batch's K/V rows
+/* attention_cuda.cu: the KV store and the attention of the CUDA backend. Owns: writing a batch's K/V rows
  * into a layer's cache (f16 or f32, ring slots for sliding layers) and split-K ("flash decoding") attention
- * with GQA: one block per (split of the visible keys, KV head, query token) attends the G query heads of that
- * KV head with an online softmax over chunks of 128 keys; a second kernel merges the splits. Also the attention
- * op's preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to others:
- * cache allocation and which layer reads which cache (src/kv, src/model).
+ * with GQA: one block per (split of the visible keys, KV head, tile of batch tokens) attends the G query heads of
+ * that KV head for every token of the tile (16 / G consecutive tokens of one sequence when the batch is long
+ * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; a second kernel
+ * merges the splits. Also the attention op's preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to
+ * others: cache allocation and which layer reads which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:
  * 2 · 4096 · 2 · 512 · 2 B = 16.8 MB -> 3.6 us at 4.6 TB/s; FLOPs 4 · 8 · 4096 · 512 = 67 MFLOP (noise).
- * Prediction: memory + launch bound; splits of >= 64 keys so ~2 blocks per SM fill the chip at 1 token.
- * Measured (H200, 2026-12-01, first version: a warp per key): 30 us at 4096 keys (553 GB/s), 168 us at 32768
- * keys (797 GB/s), 29 us for a 512-key sliding layer: latency-bound (serial 64-key chunks per block, two
- * launches), far from the 3.6 us floor. A thread per key (now) took 512-token prefill from 378 to 295 us per E4B
- * layer; one query token per block still reads K/V once per token (BENCHMARKS.md): a query-tiled kernel is next. Head sizes and groupings the split kernel is not built for go to
- * a simple one-warp-per-head kernel (the tiny models of the transformers fixtures). */
+ * Prefill (512 tokens, sliding layer, D = 256, G = 4): ~1.07 GFLOP on the FMA pipes, K/V read once per tile of
+ * 4 tokens: predicted compute-bound at ~45 us per layer.
+ * Measured (H200, 2026-12-01, BENCHMARKS.md): one query token per block with a thread per key took 295 us per
+ * E4B layer at pp512; tiles took it to 98 us (pp512 16.4k -> 21.0k t/s). Decode with four threads per key (a
+ * key row in one round trip): 8.5 us per sliding layer at short context (PDL off), 102 us at 256 sequences x
+ * 1024 keys (~2.6 TB/s of K/V). Head sizes and groupings the split kernel is not built for go to a simple
+ * one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
 
 #include "common_cuda.cuh"
