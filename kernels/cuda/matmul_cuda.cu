@@ -35,11 +35,16 @@
  * (stored widened back to f32: the CPU keeps the f16), q = round-half-even(x · (127/amax)) (llama.cpp's x86
  * quantize_row_q8_0; 0 when amax = 0).
  * Bytes: 4·K·n in, 1.125·K·n out; negligible (10 KB at K = 2560, n = 1): launch bound (~2 us). */
+/* A q8_0 block's two scales from its amax, the only place both q8_0 quantizers below take them from: id
+ * multiplies the values before rounding, d (f16-rounded, widened back) is stored. */
+__device__ __forceinline__ float q8_0_inv_scale(float amax) { return amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f; }
+__device__ __forceinline__ float q8_0_scale(float amax) { return __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f))); }
+
 __device__ __forceinline__ void quant_q8_0_block(const float v[32], int8_t *__restrict__ xq, float *__restrict__ xd) {
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const float id = q8_0_inv_scale(amax);
     uint32_t packed[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -54,7 +59,7 @@ __device__ __forceinline__ void quant_q8_0_block(const float v[32], int8_t *__re
     int4 *dst = (int4 *)xq;
     dst[0] = make_int4((int)packed[0], (int)packed[1], (int)packed[2], (int)packed[3]);
     dst[1] = make_int4((int)packed[4], (int)packed[5], (int)packed[6], (int)packed[7]);
-    *xd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+    *xd = q8_0_scale(amax);
 }
 
 __global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
@@ -233,9 +238,8 @@ __global__ void __launch_bounds__(1024) act_prep_reg_kernel(const gm_cuda_act_in
         if (in.norm && in.w) t = __fmul_rn(t, in.w[j]);
         if (act_type == GMC_Q8_0) {
             const float amax = gmc_warp_max(fabsf(t));
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            xq[r * K + j] = (int8_t)__float2int_rn(__fmul_rn(t, id));
-            if (lane == 0) xd[r * nb + b] = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+            xq[r * K + j] = (int8_t)__float2int_rn(__fmul_rn(t, q8_0_inv_scale(amax)));
+            if (lane == 0) xd[r * nb + b] = q8_0_scale(amax);
         } else {
             xf[r * K + j] = t;
         }
