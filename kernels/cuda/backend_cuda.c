@@ -27,6 +27,8 @@ typedef struct wentry {
     size_t host_bytes;
     int32_t type;
     uint64_t row_bytes;
+    void *f16;                 /* its rows as dense f16 for the tensor-core path (see f16_copies), or NULL */
+    bool f16_refused;          /* no room was left for that copy: not asked again */
 } wentry;
 
 typedef struct cuda_backend {
@@ -43,6 +45,8 @@ typedef struct cuda_backend {
     void *cublas, *cublas_ws;  /* the tensor-core path of long batches (gemm_cuda.cu): made on first use */
     void *gemm;                /* its scratch: f16 weights, f16 activations, the GEMM's output */
     size_t gemm_bytes;
+    int f16_mode;              /* f16 copies of weights: 0 never, 1 always, 2 while a reserve stays free */
+    uint64_t f16_bytes;        /* device bytes of those copies */
     struct prof *prof;         /* GEMMAC_CUDA_PROFILE=1: time per op (see "profile" below); NULL otherwise */
     int32_t *h_ints, *d_ints;  /* the batch's integer arrays: pinned host staging and the device copy */
     size_t ints_cap;           /* int32 values each holds */
@@ -169,6 +173,7 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
     if (e->host) { /* seen before, smaller: replace */
         cudaStreamSynchronize(c->stream);
         cudaFree(e->dev);
+        if (e->f16) cudaFree(e->f16);
         c->weight_bytes -= e->host_bytes;
         c->wcount--;
         memset(e, 0, sizeof *e);
@@ -224,8 +229,48 @@ static bool wmat(cuda_backend *c, const gm_tensor *t, gm_cuda_mat *m) {
         return false;
     }
     *m = (gm_cuda_mat){.type = e->type, .ne0 = t->ne[0], .ne1 = gm_tensor_rows(t), .row_bytes = e->row_bytes,
-                       .data = e->dev};
+                       .data = e->dev, .f16 = e->f16};
     return true;
+}
+
+/* f16 copies of the weights for the tensor-core path, made on a matrix's first product there and kept: every
+ * later batch reads its 2-byte weights instead of dequantizing the matrix again (Gemma 4 E4B Q4_0: 5.8 ms of a
+ * ~24 ms pp512, and 5.6 ms of every batched decoding step, half of it the q6_K LM head). They cost device memory:
+ * 2 bytes per weight beside the quantized copy (E4B Q4_0: +9.7 GB), so by default (f16_mode 2) a copy is made
+ * only while the device keeps F16_RESERVE_SHARE of its memory (and at least F16_RESERVE_MIN bytes) free after it,
+ * for scratch that grows later; GEMMAC_CUDA_F16_WEIGHTS=0 never makes them, =1 always. A matrix refused once is
+ * dequantized per product from then on. */
+enum { F16_RESERVE_SHARE = 8 /* 1/8 */ };
+#define F16_RESERVE_MIN ((size_t)4 << 30)
+static void f16_copies(cuda_backend *c, gm_cuda_multi *m, const gm_tensor *const *ts) {
+    if (c->f16_mode == 0) return;
+    for (int i = 0; i < m->n_w && !c->failed; i++) {
+        gm_cuda_mat *w = &m->w[i];
+        if (w->f16 || (w->type == GM_TYPE_F16 && w->row_bytes == (uint64_t)w->ne0 * 2)) continue; /* used as is */
+        wentry *e = &c->wmap[wslot(c, ts[i]->data)];
+        if (e->host != ts[i]->data || e->f16_refused) continue;
+        const size_t bytes = (size_t)w->ne0 * (size_t)w->ne1 * 2;
+        size_t free_b = 0, total_b = 0;
+        if (c->f16_mode == 2) {
+            if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError(), free_b = 0;
+            const size_t reserve = total_b / F16_RESERVE_SHARE > F16_RESERVE_MIN ? total_b / F16_RESERVE_SHARE
+                                                                                 : F16_RESERVE_MIN;
+            if (free_b < bytes + reserve) {
+                e->f16_refused = true;
+                continue;
+            }
+        }
+        graph_abort(c); /* an allocation: not capturable */
+        if (cudaMalloc(&e->f16, bytes) != cudaSuccess) {
+            cudaGetLastError(); /* not the forward's failure: this matrix is dequantized per product instead */
+            e->f16 = NULL;
+            e->f16_refused = true;
+            continue;
+        }
+        c->f16_bytes += bytes;
+        if (!k_ok(c, gm_cuda_gemm_weights_f16(w, e->f16, c->stream), "f16 copy of a weight")) return;
+        w->f16 = e->f16;
+    }
 }
 
 /* An f32 weight vector of n values (norm weights, freq factors, expert scales); NULL for NULL. */
@@ -656,8 +701,10 @@ static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_
 
 /* The tensor-core path for m over n >= GM_CUDA_GEMM_MIN_N columns (see ops_cuda.h): true when it ran (or
  * failed, recorded); false when m is not eligible and the caller should take the matvec path. */
-static bool gemm_path(cuda_backend *c, const gm_cuda_multi *m, const gm_cuda_act_in *in) {
+static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *in, const gm_tensor *const *ts) {
     if (!gm_cuda_gemm_eligible(m, in->n)) return false;
+    f16_copies(c, m, ts);
+    if (c->failed) return true;
     if (!c->cublas) {
         graph_abort(c);
         enum { WS_BYTES = 32 << 20 };
@@ -675,9 +722,9 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
     prof_mark(c, 3, w->name, tensor_bytes(w));
     gm_cuda_mat m;
     if (c->failed || !wmat(c, w, &m)) return;
-    const gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
+    gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
     const gm_cuda_act_in in = {.x = (float *)x, .K = m.ne0, .n = n, .res_scale = 1.0f}; /* read only: no update */
-    if (gemm_path(c, &one, &in)) return;
+    if (gemm_path(c, &one, &in, &w)) return;
     const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
     if (need && !grow(c, &c->mm, &c->mm_bytes, need, "matmul scratch")) return;
     const int rc = gm_cuda_matmul(&m, x, n, y, c->mm, c->mm_bytes, c->stream);
@@ -721,7 +768,7 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
     const gm_cuda_act_in in = {.x = p->x, .K = K, .n = p->n, .res_add = p->res_add,
                                .res_w = p->res_add ? wvec(c, p->res_norm, K) : NULL, .res_scale = p->res_scale,
                                .norm = p->norm != NULL, .w = wvec(c, p->norm, K), .eps = p->eps};
-    if (c->failed || gemm_path(c, &m, &in)) return;
+    if (c->failed || gemm_path(c, &m, &in, p->w)) return;
     const int32_t act_type = gm_cuda_act_type(m.w[0].type);
     bool same = true, one_act = true;
     for (int32_t i = 1; i < nw; i++) {
@@ -937,7 +984,10 @@ static void cuda_free(gm_backend *b) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     graph_drop_all(c);
     for (size_t i = 0; i < c->wcap; i++)
-        if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
+        if (c->wmap[i].host) {
+            cudaFree(c->wmap[i].dev);
+            if (c->wmap[i].f16) cudaFree(c->wmap[i].f16);
+        }
     free(c->wmap);
     if (c->mm) cudaFree(c->mm);
     if (c->prof) {
@@ -1013,6 +1063,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->graphs = !(ge && ge[0] == '0');
     const char *mq = getenv("GEMMAC_CUDA_MMQ_MAX_N"); /* largest batch on the int8 tensor-core path */
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
+    const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */
+    c->f16_mode = fw && fw[0] == '0' ? 0 : fw && fw[0] == '1' ? 1 : 2;
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||
         !cu_ok(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream") ||
         !cu_ok(c, cudaEventCreateWithFlags(&c->ints_copied, cudaEventDisableTiming), "creating an event")) {

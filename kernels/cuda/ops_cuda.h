@@ -26,6 +26,8 @@ typedef struct gm_cuda_mat {
     int64_t ne0, ne1;
     uint64_t row_bytes;
     const void *data;
+    const void *f16;  /* optional: the rows as dense f16 [ne1][ne0] (gm_cuda_gemm_weights_f16), read by the
+                         tensor-core path instead of dequantizing data again; NULL: none */
 } gm_cuda_mat;
 
 /* ---- device and errors ---- */
@@ -99,7 +101,7 @@ int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cud
  * cuBLAS path). Process-wide; GEMMAC_CUDA_MMQ_MAX_N sets it when a CUDA backend is created. */
 void gm_cuda_set_mmq_max_n(int n);
 /* The tensor-core path (gemm_cuda.cu) for n >= GM_CUDA_GEMM_MIN_N columns: the matrices of m dequantized to f16
- * into the scratch, the input prepared as gm_cuda_prepare_act says and converted to f16 with a power-of-two
+ * into the scratch (or, when every matrix has its f16 rows already, those: one GEMM per matrix), the input prepared as gm_cuda_prepare_act says and converted to f16 with a power-of-two
  * scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:
  * quantized, bf16 and f16 matrices of one width, at most 2^28 weights in all (a single matrix without
  * epilogue of any size: it goes through in chunks of rows); f32 weights never.
@@ -110,6 +112,9 @@ size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
                        size_t scratch_bytes, gm_cuda_stream stream);
 int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes);
+/* w's rows dequantized to dense f16 at out (ne1 · ne0 · 2 bytes), exactly as the tensor-core path makes them for
+ * each product: a copy made once and set as w->f16 gives that path the same weights without the dequantization. */
+int gm_cuda_gemm_weights_f16(const gm_cuda_mat *w, void *out, gm_cuda_stream stream);
 /* The stack limit (log2 of f16 values, default 28; a single matrix past it goes in chunks of rows); for tests. */
 void gm_cuda_set_gemm_chunk_log2(int log2_values);
 void gm_cuda_gemm_destroy(void *cublas);
