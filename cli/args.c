@@ -149,6 +149,7 @@ bool cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o) {
             else BAD_VALUE("a layer count or 'all'");
         }
         else if (bench && !strcmp(a, "-npl")) { NEED_VALUE(); o->bench_npl = v; }
+        else if (bench && !strcmp(a, "--full-logits")) o->bench_full_logits = true;
         else if (bench && (!strcmp(a, "-d") || !strcmp(a, "--n-depth"))) {
             NEED_VALUE();
             if (cli_int(v, 0, 1 << 20, &l)) o->bench_depth = (int32_t)l; else BAD_VALUE("a depth (0 or more positions)");

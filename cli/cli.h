@@ -32,6 +32,7 @@ typedef struct cli_opts {
     const char *bench_p, *bench_n; /* -p / -n lists for bench, e.g. "512" or "128,256" */
     const char *bench_npl;     /* -npl 1,8,64: concurrent sequences of the batched-decoding test (NULL: none) */
     int32_t bench_depth;       /* -d: positions already in each sequence's cache when a test starts */
+    bool bench_full_logits;    /* --full-logits: decoding steps copy whole rows of logits, not their best */
     int32_t reps;              /* -r */
 } cli_opts;
 

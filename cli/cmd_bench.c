@@ -4,7 +4,9 @@
  * llama-batched-bench's -npl), each repeated -r times after one warm-up, printed as a table like llama-bench's
  * (tokens/s, mean ± standard deviation; batched: aggregate over the B sequences). Beside decoding rows: the GB/s
  * a step reads (the model's step_weight_bytes once, plus each sequence's K/V at its depth) and that as a share
- * of the measured copy bandwidth of the memory the context computes in. */
+ * of the measured copy bandwidth of the memory the context computes in. Decoding steps ask for each sequence's
+ * best logits (GEMMAC_LOGITS_TOP), as run / chat / serve do with default sampling; --full-logits asks for whole
+ * rows, as llama.cpp's benchmarks copy them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +47,7 @@ static bool fill(gemmac_ctx *c, const gemmac_token *toks, int32_t seq, int32_t n
  * number after an error. steps batches of B tokens (one per sequence), or, one_batch, a single batch of
  * `steps` tokens of sequence 0. */
 static double run_once(gemmac_ctx *c, const gemmac_token *toks, int32_t B, int32_t depth, int32_t steps,
-                       bool one_batch, int32_t n_batch) {
+                       bool one_batch, int32_t n_batch, int8_t want_logits) {
     if (!fill(c, toks, 0, depth, n_batch)) return -1;
     for (int32_t s = 1; s < B; s++)
         if (gemmac_ctx_seq_copy(c, 0, s) != GEMMAC_OK) return -1;
@@ -65,7 +67,7 @@ static double run_once(gemmac_ctx *c, const gemmac_token *toks, int32_t B, int32
     } else {
         int8_t *want = malloc((size_t)n); /* every sequence's logits, as a server sampling each of them needs */
         if (!want) st = GEMMAC_ERR_NO_MEMORY;
-        else memset(want, 1, (size_t)n);
+        else memset(want, want_logits, (size_t)n);
         for (int32_t k = 0; k < steps && st == GEMMAC_OK; k++) {
             for (int32_t i = 0; i < n; i++)
                 pos[i] = depth + k, seq[i] = i, tk[i] = toks[(depth + k + 7 * i) % (depth + steps)];
@@ -151,7 +153,8 @@ int cmd_bench(int argc, char **argv) {
             double sum = 0, sum2 = 0;
             int ok = 0;
             for (int r = 0; r <= o.reps; r++) {
-                const double dt = run_once(c, toks, B, (int32_t)depth, n, pass == 0, o.n_batch);
+                const double dt = run_once(c, toks, B, (int32_t)depth, n, pass == 0, o.n_batch,
+                                           o.bench_full_logits ? GEMMAC_LOGITS_FULL : GEMMAC_LOGITS_TOP);
                 if (dt < 0) {
                     fprintf(stderr, "gemmac bench: %s\n", gemmac_ctx_last_error(c));
                     ret = 1;

@@ -54,14 +54,19 @@ int cli_generate(const char *cmd, gemmac_ctx *c, gemmac_model *m, gemmac_sampler
         fprintf(stderr, "gemmac %s: %s\n", cmd, gemmac_ctx_last_error(c));
         return 1;
     }
-    const float *logits = gemmac_ctx_logits(c, (int32_t)n_prompt - 1);
+    int32_t row = (int32_t)n_prompt - 1; /* the batch token whose logits the next token is sampled from */
     gemmac_detok *dt = text_out ? gemmac_detok_new(m) : NULL;
     char piece[4096];
     size_t np;
     int ret = 0;
     t0 = cli_now_ms();
     for (int32_t i = 0; o->n_predict < 0 || i < o->n_predict; i++) {
-        gemmac_token t = gemmac_sampler_sample(s, logits);
+        gemmac_token t = gemmac_ctx_sample(c, row, s);
+        if (t < 0) {
+            fprintf(stderr, "\ngemmac %s: %s\n", cmd, gemmac_ctx_last_error(c));
+            ret = 1;
+            break;
+        }
         if (!o->ignore_eos && gemmac_token_is_eog(m, t)) {
             go->hit_eog = true;
             break;
@@ -84,14 +89,15 @@ int cli_generate(const char *cmd, gemmac_ctx *c, gemmac_model *m, gemmac_sampler
         }
         if (o->n_predict >= 0 && i + 1 >= o->n_predict) break; /* no need to evaluate the last token */
         const int32_t zero = 0;
-        gemmac_batch one = {.n_tokens = 1, .token = &t, .pos = &p, .seq_id = &zero, .logits = NULL};
+        const int8_t want = gemmac_ctx_logits_for(c, s); /* only the row's best when they decide the same */
+        gemmac_batch one = {.n_tokens = 1, .token = &t, .pos = &p, .seq_id = &zero, .logits = &want};
         if (gemmac_ctx_decode(c, &one) != GEMMAC_OK) {
             fprintf(stderr, "\ngemmac %s: %s\n", cmd, gemmac_ctx_last_error(c));
             ret = 1;
             break;
         }
         st->n_eval++;
-        logits = gemmac_ctx_logits(c, 0);
+        row = 0;
     }
     st->gen_ms = cli_now_ms() - t0;
     if (dt) {

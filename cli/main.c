@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "  -p 512 -n 128 -r 5 (lists allowed: -p 128,512)   -d N: start each test with N positions cached\n"
             "  -npl 1,8,64,256    batched decoding: that many sequences advance together for -n steps;\n"
             "                     aggregate tokens/s and GB/s read (weights + KV) against the copy bandwidth\n"
+            "  --full-logits      decoding steps copy whole rows of logits (as llama.cpp's benchmarks do), not\n"
+            "                     each row's best 256 (what run / chat / serve ask for with default sampling)\n"
             "logits options:\n"
             "  --tokens 2,651,.. --out FILE   float32 little-endian, n_tokens rows x n_vocab\n");
 }

@@ -153,7 +153,12 @@ GEMMAC_API int32_t gemmac_ctx_n_ctx(const gemmac_ctx *ctx);
 GEMMAC_API int32_t gemmac_ctx_n_seq_max(const gemmac_ctx *ctx);
 
 /* A batch: n_tokens tokens, each with its position and the sequence it belongs to. Tokens of one sequence
- * appear in position order, continuing that sequence's cache. logits[i] != 0 asks for token i's logits. */
+ * appear in position order, continuing that sequence's cache. logits[i] asks for token i's logits:
+ * 0 none, GEMMAC_LOGITS_TOP only its GEMMAC_TOP_LOGITS best (gemmac_ctx_top_logits: a GPU context then copies
+ * 2 KB instead of the whole row, 1 MB for Gemma's vocabulary), any other value the whole row (gemmac_ctx_logits). */
+#define GEMMAC_LOGITS_FULL 1
+#define GEMMAC_LOGITS_TOP 2
+#define GEMMAC_TOP_LOGITS 256
 typedef struct gemmac_batch {
     int32_t n_tokens;
     const gemmac_token *token;       /* [n_tokens] */
@@ -164,8 +169,22 @@ typedef struct gemmac_batch {
 
 /* Evaluates a batch (any number of tokens; split internally by n_batch). */
 GEMMAC_API gemmac_status gemmac_ctx_decode(gemmac_ctx *ctx, const gemmac_batch *batch);
-/* Logits [n_vocab] of the i-th token of the last batch; NULL if it did not ask for them. */
+/* Logits [n_vocab] of the i-th token of the last batch; NULL if it did not ask for logits, or asked for only its
+ * best (GEMMAC_LOGITS_TOP) from a context that selects them on its device. */
 GEMMAC_API const float *gemmac_ctx_logits(const gemmac_ctx *ctx, int32_t i);
+/* The best logits of the i-th token of the last batch (asked for with GEMMAC_LOGITS_TOP or as a whole row): sets
+ * *ids and *logits to min(GEMMAC_TOP_LOGITS, n_vocab) ids and values ordered by (value desc, id asc), values read
+ * as the sampler reads them (NaN as -inf, +inf as FLT_MAX), and returns that count; -1 when the token has no
+ * logits. Valid until the next decode. gemmac_sampler_sample_top samples from them. */
+GEMMAC_API int32_t gemmac_ctx_top_logits(gemmac_ctx *ctx, int32_t i, const gemmac_token **ids, const float **logits);
+struct gemmac_sampler;
+/* What gemmac_batch.logits should ask for of a token that sampler s will sample: GEMMAC_LOGITS_TOP when s picks
+ * from a row's best exactly what it would pick from the whole row (gemmac_sampler_top_exact), else
+ * GEMMAC_LOGITS_FULL. */
+GEMMAC_API int8_t gemmac_ctx_logits_for(const gemmac_ctx *ctx, const struct gemmac_sampler *s);
+/* Samples the i-th token of the last batch with s: from the whole row when the context holds it, else from the
+ * row's best (gemmac_sampler_sample_top); the token is not accepted. -1 when the token has no logits. */
+GEMMAC_API gemmac_token gemmac_ctx_sample(gemmac_ctx *ctx, int32_t i, struct gemmac_sampler *s);
 /* Removes positions >= pos0 of a sequence from the cache (pos0 = 0 empties it). */
 GEMMAC_API gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *ctx, int32_t seq_id, int32_t pos0);
 /* Next position of a sequence (= the number of positions it holds). */
@@ -200,6 +219,28 @@ GEMMAC_API gemmac_sampler *gemmac_sampler_new(const gemmac_sampler_params *param
  * a draw from the seeded generator (PCG32). NaN logits count as -inf. The token is not accepted: call
  * gemmac_sampler_accept with it. */
 GEMMAC_API gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits);
+/* Whether sampling from a row's n best logits (gemmac_ctx_top_logits: ordered by (value desc, id asc), NaN read as
+ * -inf, +inf as FLT_MAX) with gemmac_sampler_sample_top gives exactly the token gemmac_sampler_sample gives on the
+ * whole row, drawing from the generator exactly as often. Depends on the parameters and on the current history, so
+ * ask before each token. True iff s is not NULL, n >= 1, and
+ *   - the penalties can only lower logits (repeat_penalty >= 1, frequency_penalty >= 0, presence_penalty >= 0), or
+ *     they touch no token now (neutral, repeat_last_n == 0, or an empty history), and
+ *   - k + P <= n, where P is the number of distinct tokens in the penalty window (0 when the penalties touch
+ *     nothing) and k is 1 when greedy (temp <= 0), else top_k, which must be in [1, min(n_vocab - 1, 4096)]
+ *     (top_k <= 0 or >= n_vocab keeps every token, and top-p's softmax then needs the whole row).
+ * Why: at least k of the n best are unpenalised and keep their logits, and every token outside the n best is at most
+ * the n-th best before the penalties, which only lower it; so the k best after the penalties, in order, are among the
+ * n best. */
+GEMMAC_API bool gemmac_sampler_top_exact(const gemmac_sampler *s, int32_t n);
+/* Picks a token from n candidates: logits[i] is token ids[i]'s logit (NaN as -inf), in any order; ids outside
+ * [0, n_vocab) are skipped and ids must not repeat. Runs gemmac_sampler_sample's chain (penalties from the same
+ * history, top-k, top-p, min-p, temperature, the draw from the same generator) over the candidates as if every other
+ * token were absent. When gemmac_sampler_top_exact(s, n) holds and the candidates are the row's n best, the token
+ * and the generator's state afterwards are exactly gemmac_sampler_sample's on the whole row; otherwise it is an
+ * approximation (top-p and the temperature's softmax see only the candidates). NULL arguments, n < 1 or no valid id
+ * give token 0. The token is not accepted: call gemmac_sampler_accept with it. */
+GEMMAC_API gemmac_token gemmac_sampler_sample_top(gemmac_sampler *s, const gemmac_token *ids, const float *logits,
+                                                  int32_t n);
 /* Records a token as part of the history the penalties look at (prompt tokens and sampled ones); ids
  * outside the vocabulary are ignored. */
 GEMMAC_API void gemmac_sampler_accept(gemmac_sampler *s, gemmac_token token);

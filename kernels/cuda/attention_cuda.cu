@@ -404,13 +404,23 @@ static bool split_shape(int D, int G) {
  * token per block otherwise (and when G = 16). */
 static int tile_for(int32_t n_tokens, int G) { return n_tokens >= 8 && G < 16 ? 16 / G : 1; }
 
+/* Blocks per SM the splits aim for (gm_cuda_set_attn_fill): 16 blocks of 128 threads fill an SM's 2048 threads,
+ * enough loads in flight to hide the latency of K/V reads. Measured on E4B Q4_0 at depth 1024 (H200, 2026-12-01):
+ * 2 / 4 / 8 / 16 gave 5.16k / 5.57k / 5.68k / 5.67k tokens/s at 64 sequences, 9.8k / 11.2k / 10.8k / 11.1k at
+ * 256; pp512 and single-sequence decoding did not move (their splits are set by the keys, not the fill). */
+enum { ATTN_FILL_DEFAULT = 16 };
+static int g_attn_fill = ATTN_FILL_DEFAULT;
+extern "C" void gm_cuda_set_attn_fill(int blocks_per_sm) {
+    g_attn_fill = blocks_per_sm >= 1 && blocks_per_sm <= 64 ? blocks_per_sm : ATTN_FILL_DEFAULT;
+}
+
 /* Keys per block at least: one chunk (TPK = 4: 32 keys, tiles: 128). Splits: enough blocks to give every SM
- * two, never a split of less than a chunk. */
+ * g_attn_fill, never a split of less than a chunk. */
 static int n_splits_for(int32_t n_tokens, int32_t n_head_kv, int32_t max_keys, int tq) {
     const int min_split = tq > 1 ? ATT_THREADS : ATT_THREADS / 4;
     const int by_keys = (max_keys + min_split - 1) / min_split;
     const long blocks = (long)((n_tokens + tq - 1) / tq) * n_head_kv;
-    int by_fill = (int)((2L * sm_count() + blocks - 1) / blocks);
+    int by_fill = (int)(((long)g_attn_fill * sm_count() + blocks - 1) / blocks);
     if (by_fill < 1) by_fill = 1;
     int s = by_keys < by_fill ? by_keys : by_fill;
     return s < 1 ? 1 : s;

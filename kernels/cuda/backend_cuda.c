@@ -27,7 +27,8 @@ typedef struct wentry {
     size_t host_bytes;
     int32_t type;
     uint64_t row_bytes;
-    void *f16;                 /* its rows as dense f16 for the tensor-core path (see f16_copies), or NULL */
+    void *f16;                 /* its rows as dense f16 for the tensor-core path (see f16_copies; the memory is
+                                  the backend's f16_bufs), or NULL */
     bool f16_refused;          /* no room was left for that copy: not asked again */
 } wentry;
 
@@ -40,12 +41,16 @@ typedef struct cuda_backend {
     uint64_t weight_bytes;     /* device bytes of weights */
     void *mm, *attn, *moe;     /* scratch: quantized activations, attention splits, experts */
     size_t mm_bytes, attn_bytes, moe_bytes;
+    void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
+    size_t top_bytes;
     void *proj;                /* scratch of project: its normalised / quantized input (+ a GeGLU's up half) */
     size_t proj_bytes;
     void *cublas, *cublas_ws;  /* the tensor-core path of long batches (gemm_cuda.cu): made on first use */
     void *gemm;                /* its scratch: f16 weights, f16 activations, the GEMM's output */
     size_t gemm_bytes;
     int f16_mode;              /* f16 copies of weights: 0 never, 1 always, 2 while a reserve stays free */
+    void **f16_bufs;           /* their allocations (one per group of matrices copied together) */
+    size_t n_f16_bufs;
     uint64_t f16_bytes;        /* device bytes of those copies */
     struct prof *prof;         /* GEMMAC_CUDA_PROFILE=1: time per op (see "profile" below); NULL otherwise */
     int32_t *h_ints, *d_ints;  /* the batch's integer arrays: pinned host staging and the device copy */
@@ -172,8 +177,7 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
     wentry *e = &c->wmap[wslot(c, host)];
     if (e->host) { /* seen before, smaller: replace */
         cudaStreamSynchronize(c->stream);
-        cudaFree(e->dev);
-        if (e->f16) cudaFree(e->f16);
+        cudaFree(e->dev); /* its f16 copy, if any, stays in f16_bufs until the backend goes */
         c->weight_bytes -= e->host_bytes;
         c->wcount--;
         memset(e, 0, sizeof *e);
@@ -235,41 +239,54 @@ static bool wmat(cuda_backend *c, const gm_tensor *t, gm_cuda_mat *m) {
 
 /* f16 copies of the weights for the tensor-core path, made on a matrix's first product there and kept: every
  * later batch reads its 2-byte weights instead of dequantizing the matrix again (Gemma 4 E4B Q4_0: 5.8 ms of a
- * ~24 ms pp512, and 5.6 ms of every batched decoding step, half of it the q6_K LM head). They cost device memory:
- * 2 bytes per weight beside the quantized copy (E4B Q4_0: +9.7 GB), so by default (f16_mode 2) a copy is made
- * only while the device keeps F16_RESERVE_SHARE of its memory (and at least F16_RESERVE_MIN bytes) free after it,
- * for scratch that grows later; GEMMAC_CUDA_F16_WEIGHTS=0 never makes them, =1 always. A matrix refused once is
- * dequantized per product from then on. */
-enum { F16_RESERVE_SHARE = 8 /* 1/8 */ };
+ * ~24 ms pp512, and 5.6 ms of every batched decoding step, half of it the q6_K LM head). The matrices of one
+ * projection (Q/K/V, gate/up) are copied together into one allocation, one after another, so that they stay one
+ * GEMM. They cost device memory: 2 bytes per weight beside the quantized copy (E4B Q4_0: +9.7 GB), so by
+ * default (f16_mode 2) copies are made only while the device keeps 1/F16_RESERVE_SHARE of its memory (and at
+ * least F16_RESERVE_MIN bytes) free after them, for scratch that grows later; GEMMAC_CUDA_F16_WEIGHTS=0 never
+ * makes them, =1 always. Matrices refused once are dequantized per product from then on. */
+enum { F16_RESERVE_SHARE = 8 };
 #define F16_RESERVE_MIN ((size_t)4 << 30)
 static void f16_copies(cuda_backend *c, gm_cuda_multi *m, const gm_tensor *const *ts) {
     if (c->f16_mode == 0) return;
-    for (int i = 0; i < m->n_w && !c->failed; i++) {
-        gm_cuda_mat *w = &m->w[i];
+    wentry *e[3] = {NULL, NULL, NULL};
+    size_t need = 0;
+    for (int i = 0; i < m->n_w; i++) {
+        const gm_cuda_mat *w = &m->w[i];
         if (w->f16 || (w->type == GM_TYPE_F16 && w->row_bytes == (uint64_t)w->ne0 * 2)) continue; /* used as is */
-        wentry *e = &c->wmap[wslot(c, ts[i]->data)];
-        if (e->host != ts[i]->data || e->f16_refused) continue;
-        const size_t bytes = (size_t)w->ne0 * (size_t)w->ne1 * 2;
+        wentry *ei = &c->wmap[wslot(c, ts[i]->data)];
+        if (ei->host != ts[i]->data || ei->f16_refused) continue;
+        e[i] = ei;
+        need += (size_t)w->ne0 * (size_t)w->ne1 * 2;
+    }
+    if (!need) return;
+    void *buf = NULL;
+    bool room = true;
+    if (c->f16_mode == 2) {
         size_t free_b = 0, total_b = 0;
-        if (c->f16_mode == 2) {
-            if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError(), free_b = 0;
-            const size_t reserve = total_b / F16_RESERVE_SHARE > F16_RESERVE_MIN ? total_b / F16_RESERVE_SHARE
-                                                                                 : F16_RESERVE_MIN;
-            if (free_b < bytes + reserve) {
-                e->f16_refused = true;
-                continue;
-            }
-        }
-        graph_abort(c); /* an allocation: not capturable */
-        if (cudaMalloc(&e->f16, bytes) != cudaSuccess) {
-            cudaGetLastError(); /* not the forward's failure: this matrix is dequantized per product instead */
-            e->f16 = NULL;
-            e->f16_refused = true;
-            continue;
-        }
-        c->f16_bytes += bytes;
-        if (!k_ok(c, gm_cuda_gemm_weights_f16(w, e->f16, c->stream), "f16 copy of a weight")) return;
-        w->f16 = e->f16;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError(), free_b = 0;
+        const size_t reserve = total_b / F16_RESERVE_SHARE > F16_RESERVE_MIN ? total_b / F16_RESERVE_SHARE
+                                                                             : F16_RESERVE_MIN;
+        room = free_b >= need + reserve;
+    }
+    void **bufs = room ? realloc(c->f16_bufs, (c->n_f16_bufs + 1) * sizeof *bufs) : NULL;
+    if (bufs) c->f16_bufs = bufs;
+    if (bufs) graph_abort(c); /* an allocation: not capturable */
+    if (!bufs || cudaMalloc(&buf, need) != cudaSuccess) {
+        cudaGetLastError(); /* not the forward's failure: these matrices are dequantized per product instead */
+        for (int i = 0; i < m->n_w; i++)
+            if (e[i]) e[i]->f16_refused = true;
+        return;
+    }
+    c->f16_bufs[c->n_f16_bufs++] = buf;
+    c->f16_bytes += need;
+    size_t off = 0;
+    for (int i = 0; i < m->n_w; i++) {
+        if (!e[i]) continue;
+        e[i]->f16 = (uint8_t *)buf + off;
+        if (!k_ok(c, gm_cuda_gemm_weights_f16(&m->w[i], e[i]->f16, c->stream), "f16 copy of a weight")) return;
+        m->w[i].f16 = e[i]->f16;
+        off += (size_t)m->w[i].ne0 * (size_t)m->w[i].ne1 * 2;
     }
 }
 
@@ -336,7 +353,7 @@ struct prof {
 static const char *const k_op_names[] = {"?", "get_rows", "gather", "matmul", "rmsnorm", "rmsnorm_add", "rope",
                                          "gelu_mul", "softcap", "attention", "scale", "add_scale", "moe",
                                          "mul_rows", "transpose", "rms_match", "sparsity_gate", "altup_predict",
-                                         "altup_correct", "project", "end"};
+                                         "altup_correct", "project", "end", "top_logits"};
 
 static int prof_label(struct prof *p, const char *op, const char *weight, uint64_t bytes) {
     char name[64];
@@ -682,6 +699,35 @@ static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
         cu_ok(c, cudaStreamSynchronize(c->stream), "running the forward pass");
 }
 
+/* The best k logits of each row, selected on the device (sample_cuda.cu) into c->top: ids [n_rows][k], then
+ * values, then the selection's scratch. Part of the forward's graph. */
+static size_t top_pairs_bytes(int32_t n_rows, int32_t k) { return ((size_t)n_rows * k * 4 + 255) / 256 * 256; }
+
+static void top_select(cuda_backend *c, const float *logits, int32_t n_rows, int32_t n_vocab, int32_t k) {
+    GRAPH_OP(c, 21, PB(logits), IB(n_rows), IB(n_vocab), IB(k));
+    if (c->failed) return;
+    const size_t pairs = top_pairs_bytes(n_rows, k), scratch = gm_cuda_top_logits_scratch_bytes(n_rows, n_vocab, k);
+    if (!grow(c, &c->top, &c->top_bytes, 2 * pairs + scratch, "top logits")) return;
+    uint8_t *t = (uint8_t *)c->top;
+    k_ok(c, gm_cuda_top_logits(logits, n_rows, n_vocab, k, (int32_t *)t, (float *)(t + pairs), t + 2 * pairs, scratch,
+                               c->stream),
+         "top logits");
+}
+
+/* The one synchronisation of a forward that wants only its rows' best logits: 8 bytes a candidate cross. */
+static void cuda_top_logits(gm_backend *b, const float *logits, int32_t n_rows, int32_t n_vocab, int32_t k,
+                            int32_t *ids, float *vals) {
+    cuda_backend *c = cb(b);
+    top_select(c, logits, n_rows, n_vocab, k);
+    if (c->gmode != G_EAGER) graph_finish(c); /* launches the forward's graph when there is one */
+    if (c->failed) return;
+    const size_t n = (size_t)n_rows * k * 4, pairs = top_pairs_bytes(n_rows, k);
+    if (cu_ok(c, cudaMemcpyAsync(ids, c->top, n, cudaMemcpyDeviceToHost, c->stream), "copying the best logits") &&
+        cu_ok(c, cudaMemcpyAsync(vals, (uint8_t *)c->top + pairs, n, cudaMemcpyDeviceToHost, c->stream),
+              "copying the best logits"))
+        cu_ok(c, cudaStreamSynchronize(c->stream), "running the forward pass");
+}
+
 /* ---- ops ---- */
 static void cuda_get_rows(gm_backend *b, const gm_tensor *table, const int32_t *ids, int32_t n, float scale,
                           float *out) {
@@ -984,10 +1030,9 @@ static void cuda_free(gm_backend *b) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     graph_drop_all(c);
     for (size_t i = 0; i < c->wcap; i++)
-        if (c->wmap[i].host) {
-            cudaFree(c->wmap[i].dev);
-            if (c->wmap[i].f16) cudaFree(c->wmap[i].f16);
-        }
+        if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
+    for (size_t i = 0; i < c->n_f16_bufs; i++) cudaFree(c->f16_bufs[i]);
+    free(c->f16_bufs);
     free(c->wmap);
     if (c->mm) cudaFree(c->mm);
     if (c->prof) {
@@ -1001,6 +1046,7 @@ static void cuda_free(gm_backend *b) {
     if (c->cublas_ws) cudaFree(c->cublas_ws);
     if (c->attn) cudaFree(c->attn);
     if (c->moe) cudaFree(c->moe);
+    if (c->top) cudaFree(c->top);
     if (c->h_ints) cudaFreeHost(c->h_ints);
     if (c->d_ints) cudaFree(c->d_ints);
     if (c->ints_copied) cudaEventDestroy(c->ints_copied);
@@ -1019,6 +1065,7 @@ static const gm_backend_ops cuda_ops = {
     .alloc = cuda_alloc,
     .release = cuda_release,
     .read = cuda_read,
+    .top_logits = cuda_top_logits,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .logits_rows = 256, /* a batch of up to 256 sequences through the LM head at once (its weights read once) */
@@ -1063,6 +1110,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->graphs = !(ge && ge[0] == '0');
     const char *mq = getenv("GEMMAC_CUDA_MMQ_MAX_N"); /* largest batch on the int8 tensor-core path */
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
+    const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
+    if (af && *af) gm_cuda_set_attn_fill(atoi(af));
     const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */
     c->f16_mode = fw && fw[0] == '0' ? 0 : fw && fw[0] == '1' ? 1 : 2;
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||

@@ -66,43 +66,6 @@ __global__ void convert_f16_kernel(const uint8_t *__restrict__ W, uint64_t row_b
     else out[g] = __float2half_rn(TYPE == GMC_BF16 ? gmc_bf2f(((const uint16_t *)r)[j]) : ((const float *)r)[j]);
 }
 
-/* ---- activations -> f16: one block of 256 threads per column; the input prepared as act_prep_kernel
- * (matmul_cuda.cu) does (residual update, rmsnorm), then scaled by 2^-e with e = the exponent of max |v| minus
- * 15 (so |v| · 2^-e < 2^15), the scale 2^e kept for the epilogue. ---- */
-__global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
-                                                      float *__restrict__ col_scale) {
-    gmc_pdl_wait();
-    const int64_t c = blockIdx.x;
-    const int K = (int)in.K;
-    float *xr = in.x + c * K;
-    if (in.res_add) gmc_residual_update(xr, in.res_add + c * K, in.res_w, in.res_scale, K, in.eps);
-    const float rs = in.norm ? gmc_row_rms_scale(xr, K, in.eps) : 1.0f;
-    const float *w = in.norm ? in.w : NULL; /* the norm's weight: none without the norm */
-    float amax = 0.0f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
-        if (w) v = __fmul_rn(v, w[i]);
-        amax = fmaxf(amax, fabsf(v));
-    }
-    __shared__ float part[8];
-    amax = gmc_warp_max(amax);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    float m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, part[i]);
-    int e = 0;
-    if (m > 0.0f && isfinite(m)) {
-        frexpf(m, &e); /* m = f · 2^e, f in [0.5, 1) */
-        e -= 15;
-    }
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
-        if (w) v = __fmul_rn(v, w[i]);
-        out[c * K + i] = __float2half_rn(ldexpf(v, -e));
-    }
-    if (threadIdx.x == 0) col_scale[c] = ldexpf(1.0f, e);
-}
-
 /* ---- epilogue: Y [n][Mtot] (the GEMM's column-major Mtot x n) times the column's scale, to the segments ---- */
 struct GemmEpi {
     float *y[3];
@@ -189,6 +152,13 @@ static const __half *dense_f16(const gm_cuda_mat *w) {
 static bool all_dense_f16(const gm_cuda_multi *m) {
     for (int i = 0; i < m->n_w; i++)
         if (!dense_f16(&m->w[i])) return false;
+    return true;
+}
+
+/* The dense f16 rows of m's matrices lie one after another (copies made for the group at once): one GEMM. */
+static bool stacked_f16(const gm_cuda_multi *m) {
+    for (int i = 1; i < m->n_w; i++)
+        if (dense_f16(&m->w[i]) != dense_f16(&m->w[i - 1]) + (size_t)m->w[i - 1].ne1 * m->w[i - 1].ne0) return false;
     return true;
 }
 
@@ -279,8 +249,7 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
     float *cs = (float *)p;
     p += align256((size_t)n * sizeof(float));
     float *Y = (float *)p;
-    gmc_launch(act_f16_kernel, (unsigned)n, 256, 0, stream, *in, xf, cs);
-    int rc = gmc_check_launch("gemm_multi convert");
+    int rc = gm_cuda_prepare_act_f16(in, xf, cs, stream);
     if (rc) return rc;
     cublasHandle_t h = (cublasHandle_t)cublas;
     if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasSetStream failed");
@@ -288,12 +257,13 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
     for (int64_t r0 = 0; r0 < mtot; r0 += rows) {
         const int64_t nr = mtot - r0 < rows ? mtot - r0 : rows;
         const __half *W = wf;
-        if (dense) {
+        if (dense && (nr < mtot || stacked_f16(m))) { /* a chunk of one matrix, or the whole stack */
+            if ((rc = gemm_f16(h, dense_f16(&m->w[0]) + (size_t)r0 * K, nr, n, K, xf, Y, nr))) return rc;
+        } else if (dense) {
             int64_t row0 = 0;
             for (int i = 0; i < m->n_w && !rc; i++) {
-                const int64_t ri = nr < mtot ? nr : m->w[i].ne1; /* a chunk of the single matrix, or matrix i */
-                rc = gemm_f16(h, dense_f16(&m->w[i]) + (size_t)r0 * K, ri, n, K, xf, Y + row0, nr);
-                row0 += ri;
+                rc = gemm_f16(h, dense_f16(&m->w[i]), m->w[i].ne1, n, K, xf, Y + row0, nr);
+                row0 += m->w[i].ne1;
             }
             if (rc) return rc;
         } else if (nr < mtot || m->n_w == 1) { /* one matrix, rows r0 .. r0 + nr */

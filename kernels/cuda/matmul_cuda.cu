@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, 
     }
 }
 
-/* The same preparation with the row held in registers (q8_0 or f32 output, K a multiple of 32, at most
- * 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of each, so x and the
+/* The same preparation with the row held in registers (q8_0, f32 or scaled f16 output, K a multiple of 32, at
+ * most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of each, so x and the
  * residual are read once, coalesced, every reduction is shuffles plus one pass through shared memory, and a
  * q8_0 block's amax is one warp max. The quantizer's arithmetic is quant_q8_0_block's, operation for operation
  * (the same bytes for the same v); the rms sums are added in another order than gmc_row_rms_scale's. One block
@@ -184,10 +184,32 @@ __device__ __forceinline__ float block_sum(float v, float *part) {
     return t;
 }
 
+__device__ __forceinline__ float block_max(float v, float *part) {
+    v = gmc_warp_max(v);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) t = fmaxf(t, part[i]);
+    __syncthreads();
+    return t;
+}
+
+/* The f16 form of a prepared row for the tensor-core path (act_type GMC_F16): the row times 2^-e, e = the
+ * exponent of its max |v| minus 15 (so every |v| · 2^-e < 2^15 fits f16: Gemma's residual stream exceeds 65504),
+ * and 2^e kept as the column's scale for the GEMM's epilogue. */
+__device__ __forceinline__ int f16_row_exponent(float amax) {
+    int e = 0;
+    if (amax > 0.0f && isfinite(amax)) {
+        frexpf(amax, &e); /* amax = f · 2^e, f in [0.5, 1) */
+        e -= 15;
+    }
+    return e;
+}
+
 template <int VPL>
 __global__ void __launch_bounds__(1024) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
-                                                            float *__restrict__ xf) {
+                                                            float *__restrict__ xf, __half *__restrict__ xh) {
     __shared__ float part[32];
     gmc_pdl_wait();
     const int64_t r = blockIdx.x;
@@ -228,6 +250,26 @@ __global__ void __launch_bounds__(1024) act_prep_reg_kernel(const gm_cuda_act_in
 #pragma unroll
         for (int i = 0; i < VPL; i++) ss = fmaf(v[i], v[i], ss);
         scale = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+    }
+    if (act_type == GMC_F16) { /* xd: the column scales */
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int b = warp + i * W;
+            if (b >= nb) continue;
+            float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
+            if (in.norm && in.w) t = __fmul_rn(t, in.w[32 * b + lane]);
+            v[i] = t;
+            amax = fmaxf(amax, fabsf(t));
+        }
+        const int e = f16_row_exponent(block_max(amax, part));
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int b = warp + i * W;
+            if (b < nb) xh[r * K + 32 * b + lane] = __float2half_rn(ldexpf(v[i], -e));
+        }
+        if (threadIdx.x == 0) xd[r] = ldexpf(1.0f, e);
+        return;
     }
 #pragma unroll
     for (int i = 0; i < VPL; i++) {
@@ -706,6 +748,53 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
     return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, 0, 1, 0, stream);
 }
 
+/* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block of 256 threads per row,
+ * the input prepared as act_prep_kernel does (residual update, rmsnorm). */
+__global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
+                                                      float *__restrict__ col_scale) {
+    gmc_pdl_wait();
+    const int64_t c = blockIdx.x;
+    const int K = (int)in.K;
+    float *xr = in.x + c * K;
+    if (in.res_add) gmc_residual_update(xr, in.res_add + c * K, in.res_w, in.res_scale, K, in.eps);
+    const float rs = in.norm ? gmc_row_rms_scale(xr, K, in.eps) : 1.0f;
+    const float *w = in.norm ? in.w : NULL; /* the norm's weight: none without the norm */
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
+        if (w) v = __fmul_rn(v, w[i]);
+        amax = fmaxf(amax, fabsf(v));
+    }
+    __shared__ float part[8];
+    amax = gmc_warp_max(amax);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    float m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, part[i]);
+    const int e = f16_row_exponent(m);
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
+        if (w) v = __fmul_rn(v, w[i]);
+        out[c * K + i] = __float2half_rn(ldexpf(v, -e));
+    }
+    if (threadIdx.x == 0) col_scale[c] = ldexpf(1.0f, e);
+}
+
+/* act_prep_reg_kernel for rows of K a multiple of 32 and at most 32 · 32 · 8 values (at 16 values a lane the
+ * kernel spills: 664 bytes of stack); false (nothing launched) for other rows. */
+static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, float *ds, float *xf, __half *xh,
+                            cudaStream_t stream) {
+    const int64_t nb = in->K / 32;
+    if (in->K % 32 != 0 || nb > 32 * 8) return false;
+    const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
+    const dim3 grid((unsigned)in->n);
+    if (vpl <= 1) gmc_launch(act_prep_reg_kernel<1>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
+    else if (vpl <= 2) gmc_launch(act_prep_reg_kernel<2>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
+    else if (vpl <= 4) gmc_launch(act_prep_reg_kernel<4>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
+    else gmc_launch(act_prep_reg_kernel<8>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
+    return true;
+}
+
 extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, void *out, gm_cuda_stream stream) {
     const int64_t qk = act_type == GMC_Q8_K ? 256 : act_type == GMC_Q8_0 ? 32 : 1;
     if (!in || (act_type != GMC_Q8_0 && act_type != GMC_Q8_K && act_type != -1) || in->K % qk != 0 ||
@@ -713,18 +802,17 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
         return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
     float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
-    const int64_t nb = in->K / 32;
-    if (act_type != GMC_Q8_K && in->K % 32 == 0 && nb <= 32 * 8) { /* the row in registers */
-        const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
-        const dim3 grid((unsigned)in->n);
-        if (vpl <= 1) gmc_launch(act_prep_reg_kernel<1>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
-        else if (vpl <= 2) gmc_launch(act_prep_reg_kernel<2>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
-        else if (vpl <= 4) gmc_launch(act_prep_reg_kernel<4>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
-        else gmc_launch(act_prep_reg_kernel<8>, grid, 32 * warps, 0, stream, *in, (int)act_type, q, ds, (float *)out);
-    } else {
+    if (act_type == GMC_Q8_K || !launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, stream))
         gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
-    }
     return gmc_check_launch("prepare_act");
+}
+
+extern "C" int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, gm_cuda_stream stream) {
+    if (!in || in->K > (1 << 30) || in->n <= 0 || !in->x || !xh || !col_scale)
+        return gmc_fail(-1, "prepare_act_f16: bad arguments");
+    if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, stream))
+        gmc_launch(act_f16_kernel, (unsigned)in->n, 256, 0, stream, *in, (__half *)xh, col_scale);
+    return gmc_check_launch("prepare_act_f16");
 }
 
 extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream) {

@@ -77,6 +77,9 @@ typedef struct gm_cuda_act_in {
     float eps;
 } gm_cuda_act_in;
 int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, void *out, gm_cuda_stream stream);
+/* The same preparation for the tensor-core path (gemm_cuda.cu): each prepared row times 2^-e as f16 into xh
+ * [n][K], e = the exponent of the row's max |value| minus 15 (no f16 overflow), and 2^e into col_scale[n]. */
+int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, gm_cuda_stream stream);
 /* Up to three matrices of ONE type and width multiplied against the same activations in one launch per 8
  * columns: y[i][n][w[i].ne1] = x · W_iᵀ (GM_CUDA_EPI_STORE); GM_CUDA_EPI_GEGLU (n_w 2, equal heights):
  * y[0] = gelu_tanh(x · W_0ᵀ) ⊙ (x · W_1ᵀ), y[1] unused (may be NULL); GM_CUDA_EPI_GELU_MUL (n_w 1): y[0] = gelu_tanh(x · W_0ᵀ) ⊙ mul
@@ -124,6 +127,9 @@ void gm_cuda_set_mmv_rows(int rows);
 /* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
  * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
 void gm_cuda_set_pdl(int on);
+/* Blocks per SM the attention splits aim for (default 16; 1..64). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
+ * a CUDA backend is created. For benchmarks and tests. */
+void gm_cuda_set_attn_fill(int blocks_per_sm);
 
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
  * expert e's at w->data + e·expert_bytes. For each pair p < n_pairs: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ.
@@ -252,6 +258,21 @@ void gm_cuda_attention_plan(int32_t n_tokens, const int32_t *pos, const int32_t 
 size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                                        int32_t max_keys, int32_t tile_tokens);
 int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
+
+/* ---- top logits (sample_cuda.cu): the k best logits of each row, for the sampler ----
+ * logits: [n_rows][n_vocab] f32; ids, vals: [n_rows][k]. Row r's ids / vals are exactly gm_top_logits_row's
+ * (src/sample/top_logits.h), bit for bit: each logit reads as gm_logit_read (NaN -> -inf, +inf -> FLT_MAX,
+ * -0 -> +0), candidates are ordered by (value desc, id asc), and the first k in that order are written in that
+ * order, vals holding the values as read. 1 <= k <= GM_CUDA_TOP_LOGITS_MAX, k <= n_vocab <= 2^24,
+ * 1 <= n_rows <= 65535. Each block radix-selects the best k of a slice of 8192 logits of a row (the row is read
+ * once), then one block per row selects and sorts the best k of the slices' candidates (more merge levels when
+ * they exceed 8192: n_vocab > 2^18 for k = 256); one launch when n_vocab <= 8192.
+ * scratch: gm_cuda_top_logits_scratch_bytes(n_rows, n_vocab, k) bytes, 8-byte aligned (0 when n_vocab <= 8192:
+ * scratch may then be NULL; 64 KiB per row for n_vocab 262144 and k 256; 0 for bad arguments). */
+#define GM_CUDA_TOP_LOGITS_MAX 256
+size_t gm_cuda_top_logits_scratch_bytes(int32_t n_rows, int32_t n_vocab, int32_t k);
+int gm_cuda_top_logits(const float *logits, int32_t n_rows, int32_t n_vocab, int32_t k, int32_t *ids, float *vals,
+                       void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 #ifdef __cplusplus
 }

@@ -232,11 +232,17 @@ static void admit(gm_sched *s, req *r) {
 
 /* ---- the step ---- */
 
-/* Samples from a request's logits: ends it (eog, stop string, limits, cancel) or queues the token to feed. */
-static void on_logits(gm_sched *s, int32_t si, const float *logits) {
+/* Samples from a request's logits (token bidx of the step's batch): ends it (eog, stop string, limits, cancel)
+ * or queues the token to feed. */
+static void on_logits(gm_sched *s, int32_t si) {
     slot *sl = &s->slots[si];
     req *r = sl->r;
-    gemmac_token t = gemmac_sampler_sample(r->smp, logits);
+    gemmac_token t = gemmac_ctx_sample(s->ctx, r->bidx, r->smp);
+    if (t < 0) {
+        finish(s, r, sl, GM_FINISH_ERROR, gemmac_ctx_last_error(s->ctx)[0] ? gemmac_ctx_last_error(s->ctx)
+                                                                            : "no logits to sample from");
+        return;
+    }
     if (gemmac_token_is_eog(s->model, t) && !r->ignore_eos) {
         finish(s, r, sl, GM_FINISH_STOP, NULL);
         return;
@@ -292,7 +298,7 @@ static void run_step(gm_sched *s) {
         s->b_tok[n] = r->next_tok;
         s->b_pos[n] = s->slots[i].n_cache;
         s->b_seq[n] = i;
-        s->b_logits[n] = 1;
+        s->b_logits[n] = gemmac_ctx_logits_for(s->ctx, r->smp); /* the row's best only, when they decide */
         r->bidx = n++;
         n_seq++;
     }
@@ -316,7 +322,7 @@ static void run_step(gm_sched *s) {
             s->b_seq[n + k] = pick;
             s->b_logits[n + k] = 0;
         }
-        if (r->n_past + c == r->n_prompt) s->b_logits[n + c - 1] = 1;
+        if (r->n_past + c == r->n_prompt) s->b_logits[n + c - 1] = gemmac_ctx_logits_for(s->ctx, r->smp);
         r->bidx = n + c - 1; /* marks it as scheduled; its logits only when the prompt ends here */
         chunk_of[pick] = c;
         n += c;
@@ -357,14 +363,14 @@ static void run_step(gm_sched *s) {
         if (!r || r->bidx < 0) continue;
         if (r->state == ST_DECODE) {
             sl->cache[sl->n_cache++] = r->next_tok;
-            on_logits(s, i, gemmac_ctx_logits(s->ctx, r->bidx));
+            on_logits(s, i);
         } else {
             int32_t c = chunk_of[i];
             memcpy(sl->cache + sl->n_cache, r->prompt + r->n_past, (size_t)c * sizeof(gemmac_token));
             sl->n_cache += c;
             r->n_past += c;
             evaluated += (uint64_t)c;
-            if (r->n_past == r->n_prompt) on_logits(s, i, gemmac_ctx_logits(s->ctx, r->bidx));
+            if (r->n_past == r->n_prompt) on_logits(s, i);
         }
     }
     pthread_mutex_lock(&s->mu);

@@ -18,7 +18,8 @@
  *    row 0) rather than building host arrays.
  *  - Errors: ops return nothing. A backend that can fail (device out of memory, a failed launch) remembers the
  *    first failure, skips the work of later ops, and reports it from end_batch, which the context calls after
- *    each forward. read() is the only op that waits for the device (one host synchronisation per forward). */
+ *    each forward. read() (or top_logits) is the only op that waits for the device (one host synchronisation per
+ *    forward). */
 #ifndef GM_BACKEND_H
 #define GM_BACKEND_H
 
@@ -123,6 +124,12 @@ typedef struct gm_backend_ops {
     void (*release)(gm_backend *b, float *buf);
     /* Copies n floats of a buffer to host memory. */
     void (*read)(gm_backend *b, const float *buf, float *host, int64_t n);
+    /* Optional: of each of n_rows rows of n_vocab logits (backend memory), the k best (1 <= k <= min(n_vocab,
+     * GM_TOP_LOGITS_MAX)) exactly as gm_top_logits_row selects them (src/sample/top_logits.h), to host ids and vals
+     * [n_rows][k]: a device copies k pairs a row instead of the row. Waits like read(). NULL: the context asks for
+     * whole rows and selects on the host. */
+    void (*top_logits)(gm_backend *b, const float *logits, int32_t n_rows, int32_t n_vocab, int32_t k, int32_t *ids,
+                       float *vals);
     /* Optional: host memory that read() fills fastest (page-locked for a GPU), and its release; NULL: malloc /
      * free. A context's logits live there. */
     void *(*host_alloc)(gm_backend *b, size_t n);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "sample/top_logits.h"
 
 struct gemmac_ctx {
     gemmac_model *model;
@@ -18,9 +19,34 @@ struct gemmac_ctx {
     int32_t *out_rows;         /* [n_batch] */
     float *logits;             /* [logits_rows][n_vocab] of the last batch */
     int64_t logits_rows_cap;
+    int32_t *top_ids;          /* [top_rows_cap][top_k]: rows' best logits (gemmac_ctx_top_logits) */
+    float *top_vals;
+    int64_t top_rows_cap;
+    uint8_t *row_kind;         /* [kind_cap] per row of the last batch: ROW_WHOLE, ROW_WHOLE_TOP or ROW_TOP */
+    int64_t kind_cap;
     int32_t *logits_row;       /* [last_n] row in logits of each token of the last batch, -1 if none */
     int32_t last_n, last_cap;
 };
+
+/* What the context holds of one row of logits: the whole row (its best not selected yet), the whole row and its
+ * best, or only its best (asked for with GEMMAC_LOGITS_TOP from a backend that selects them itself). */
+enum { ROW_WHOLE = 0, ROW_WHOLE_TOP = 1, ROW_TOP = 2 };
+
+static int32_t top_k_of(const gemmac_ctx *c) {
+    return c->model->hp.n_vocab < GEMMAC_TOP_LOGITS ? c->model->hp.n_vocab : GEMMAC_TOP_LOGITS;
+}
+
+/* Room for the best logits of `rows` rows (their old contents are not kept); false when out of memory. */
+static bool top_reserve(gemmac_ctx *c, int64_t rows) {
+    if (rows <= c->top_rows_cap) return true;
+    const size_t n = (size_t)rows * (size_t)top_k_of(c);
+    free(c->top_ids);
+    free(c->top_vals);
+    c->top_ids = malloc(n * sizeof *c->top_ids);
+    c->top_vals = malloc(n * sizeof *c->top_vals);
+    c->top_rows_cap = c->top_ids && c->top_vals ? rows : 0;
+    return c->top_rows_cap > 0;
+}
 
 gemmac_ctx_params gemmac_ctx_default_params(void) {
     gemmac_ctx_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0, .n_gpu_layers = 0};
@@ -139,6 +165,9 @@ void gemmac_ctx_free(gemmac_ctx *c) {
     free(c->seq_next);
     free(c->out_rows);
     free(c->logits_row);
+    free(c->top_ids);
+    free(c->top_vals);
+    free(c->row_kind);
     free(c);
 }
 
@@ -181,7 +210,19 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
     gemmac_status st = validate(c, bt, &n_out);
     if (st != GEMMAC_OK) return st;
     const int32_t V = c->model->hp.n_vocab;
-    if (n_out > c->logits_rows_cap) { /* the old logits are gone: nothing to keep */
+    /* only the best of every wanted row, and a backend that selects them: no whole rows at all */
+    bool only_top = n_out > 0 && bt->logits && c->backend->ops->top_logits;
+    for (int32_t i = 0; i < bt->n_tokens && only_top; i++)
+        if (bt->logits[i] != 0 && bt->logits[i] != GEMMAC_LOGITS_TOP) only_top = false;
+    if (n_out > c->kind_cap) {
+        uint8_t *k = realloc(c->row_kind, (size_t)n_out);
+        if (!k) return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "out of memory");
+        c->row_kind = k;
+        c->kind_cap = n_out;
+    }
+    if (only_top && !top_reserve(c, n_out))
+        return gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "no memory for the best logits of %d tokens", n_out);
+    if (!only_top && n_out > c->logits_rows_cap) { /* the old logits are gone: nothing to keep */
         logits_free(c);
         const size_t bytes = sizeof(float) * (size_t)n_out * (size_t)V;
         const gm_backend_ops *o = c->backend->ops;
@@ -208,7 +249,11 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
         gm_forward_args fa = {
             .model = c->model, .backend = c->backend, .kv = c->kv, .n_tokens = n,
             .token = bt->token + i0, .pos = bt->pos + i0, .seq = bt->seq_id + i0,
-            .n_out = nc_out, .out_rows = c->out_rows, .logits = c->logits ? c->logits + (int64_t)row * V : NULL,
+            .n_out = nc_out, .out_rows = c->out_rows,
+            .logits = !only_top && c->logits ? c->logits + (int64_t)row * V : NULL,
+            .top_k = only_top ? top_k_of(c) : 0,
+            .top_ids = only_top ? c->top_ids + (int64_t)row * top_k_of(c) : NULL,
+            .top_vals = only_top ? c->top_vals + (int64_t)row * top_k_of(c) : NULL,
             .scratch = c->scratch,
         };
         const gm_batch_ints bi = {.n_tokens = n, .token = fa.token, .pos = fa.pos, .seq = fa.seq,
@@ -220,6 +265,7 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
         if (st == GEMMAC_OK) st = st_be;
         if (st != GEMMAC_OK) return st;
         for (int32_t i = 0; i < n; i++) c->kv->seq_len[bt->seq_id[i0 + i]]++;
+        memset(c->row_kind + row, only_top ? ROW_TOP : ROW_WHOLE, (size_t)nc_out);
         row += nc_out;
     }
     c->last_n = bt->n_tokens;
@@ -227,8 +273,44 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
 }
 
 const float *gemmac_ctx_logits(const gemmac_ctx *c, int32_t i) {
-    if (!c || i < 0 || i >= c->last_n || c->logits_row[i] < 0) return NULL;
+    if (!c || i < 0 || i >= c->last_n || c->logits_row[i] < 0 || c->row_kind[c->logits_row[i]] == ROW_TOP) return NULL;
     return c->logits + (int64_t)c->logits_row[i] * c->model->hp.n_vocab;
+}
+
+int32_t gemmac_ctx_top_logits(gemmac_ctx *c, int32_t i, const gemmac_token **ids, const float **logits) {
+    if (!c || !ids || !logits || i < 0 || i >= c->last_n || c->logits_row[i] < 0) return -1;
+    const int32_t r = c->logits_row[i], k = top_k_of(c);
+    if (c->row_kind[r] == ROW_WHOLE) { /* select on the host, once */
+        int64_t rows = 0;
+        for (int32_t t = 0; t < c->last_n; t++) rows = c->logits_row[t] >= rows ? c->logits_row[t] + 1 : rows;
+        if (rows > c->top_rows_cap) { /* the best of other rows, if any were selected, are lost: mark them */
+            for (int64_t q = 0; q < rows && q < c->kind_cap; q++)
+                if (c->row_kind[q] == ROW_WHOLE_TOP) c->row_kind[q] = ROW_WHOLE;
+            if (!top_reserve(c, rows)) {
+                gm_fail(&c->err, GEMMAC_ERR_NO_MEMORY, "no memory for the best logits of %lld tokens", (long long)rows);
+                return -1;
+            }
+        }
+        gm_top_logits_row(c->logits + (int64_t)r * c->model->hp.n_vocab, c->model->hp.n_vocab, k,
+                          c->top_ids + (int64_t)r * k, c->top_vals + (int64_t)r * k);
+        c->row_kind[r] = ROW_WHOLE_TOP;
+    }
+    *ids = c->top_ids + (int64_t)r * k;
+    *logits = c->top_vals + (int64_t)r * k;
+    return k;
+}
+
+int8_t gemmac_ctx_logits_for(const gemmac_ctx *c, const gemmac_sampler *s) {
+    return c && s && gemmac_sampler_top_exact(s, top_k_of(c)) ? GEMMAC_LOGITS_TOP : GEMMAC_LOGITS_FULL;
+}
+
+gemmac_token gemmac_ctx_sample(gemmac_ctx *c, int32_t i, gemmac_sampler *s) {
+    const float *row = gemmac_ctx_logits(c, i);
+    if (row) return gemmac_sampler_sample(s, row);
+    const gemmac_token *ids;
+    const float *vals;
+    const int32_t n = gemmac_ctx_top_logits(c, i, &ids, &vals);
+    return n > 0 ? gemmac_sampler_sample_top(s, ids, vals, n) : -1;
 }
 
 gemmac_status gemmac_ctx_seq_truncate(gemmac_ctx *c, int32_t seq_id, int32_t pos0) {

@@ -211,10 +211,7 @@ static gemmac_status gemma3_forward(const gm_forward_args *a, gm_error *err) {
     for (int32_t i0 = 0; i0 < a->n_out; i0 += s->logits_rows) {
         const int32_t nc = a->n_out - i0 < s->logits_rows ? a->n_out - i0 : s->logits_rows;
         op->gather(b, s->x, H, a->out_rows + i0, nc, s->xo);
-        op->rmsnorm(b, s->xo, s->xo, nc, H, vec(&w->output_norm), hp->norm_eps);
-        op->matmul(b, &w->output, s->xo, nc, s->logits);
-        if (hp->final_softcap > 0) op->softcap(b, s->logits, (int64_t)nc * hp->n_vocab, hp->final_softcap);
-        op->read(b, s->logits, a->logits + (int64_t)i0 * hp->n_vocab, (int64_t)nc * hp->n_vocab);
+        gm_forward_logits(a, i0, nc, &w->output, vec(&w->output_norm), hp->norm_eps, hp->final_softcap);
     }
     return GEMMAC_OK;
 }

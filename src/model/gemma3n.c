@@ -562,10 +562,7 @@ static gemmac_status gemma3n_forward(const gm_forward_args *a, gm_error *err) {
             op->add_scale(b, s->xo, s->aux, (int64_t)nc * H, 1.0f);
         }
         if (K > 1) op->scale(b, s->xo, (int64_t)nc * H, 1.0f / (float)K);
-        op->rmsnorm(b, s->xo, s->xo, nc, H, vec(&w->output_norm), hp->norm_eps);
-        op->matmul(b, &w->output, s->xo, nc, s->logits);
-        if (hp->final_softcap > 0) op->softcap(b, s->logits, (int64_t)nc * hp->n_vocab, hp->final_softcap);
-        op->read(b, s->logits, a->logits + (int64_t)i0 * hp->n_vocab, (int64_t)nc * hp->n_vocab);
+        gm_forward_logits(a, i0, nc, &w->output, vec(&w->output_norm), hp->norm_eps, hp->final_softcap);
     }
     return GEMMAC_OK;
 }

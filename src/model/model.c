@@ -618,6 +618,22 @@ void gm_scratch_free(gm_scratch *s, gm_backend *b) {
     free(s);
 }
 
+void gm_forward_logits(const gm_forward_args *a, int32_t i0, int32_t nc, const gm_tensor *output, const float *norm,
+                       float eps, float softcap) {
+    gm_backend *b = a->backend;
+    const gm_backend_ops *op = b->ops;
+    gm_scratch *s = a->scratch;
+    const int32_t H = a->model->hp.n_embd, V = a->model->hp.n_vocab;
+    op->rmsnorm(b, s->xo, s->xo, nc, H, norm, eps);
+    op->matmul(b, output, s->xo, nc, s->logits);
+    if (softcap > 0) op->softcap(b, s->logits, (int64_t)nc * V, softcap);
+    if (a->top_k > 0)
+        op->top_logits(b, s->logits, nc, V, a->top_k, a->top_ids + (int64_t)i0 * a->top_k,
+                       a->top_vals + (int64_t)i0 * a->top_k);
+    else
+        op->read(b, s->logits, a->logits + (int64_t)i0 * V, (int64_t)nc * V);
+}
+
 void gm_residual_flush(gm_pending_residual *r) {
     if (!r->add) return;
     r->b->ops->rmsnorm_add(r->b, r->x, r->add, r->n, r->d, r->norm, r->eps);

@@ -138,9 +138,18 @@ typedef struct gm_forward_args {
     const int32_t *token, *pos, *seq;   /* [n_tokens] host */
     int32_t n_out;                      /* tokens whose logits are wanted */
     const int32_t *out_rows;            /* [n_out] their indices in the batch */
-    float *logits;                      /* [n_out][n_vocab] host, written */
+    float *logits;                      /* [n_out][n_vocab] host, written (top_k == 0) */
+    int32_t top_k;                      /* > 0: instead, each wanted row's top_k best (backend.h top_logits) */
+    int32_t *top_ids;                   /* [n_out][top_k] host, written when top_k > 0 */
+    float *top_vals;                    /* [n_out][top_k] host, written when top_k > 0 */
     gm_scratch *scratch;         /* backend buffers sized for the context's n_batch */
 } gm_forward_args;
+
+/* The end of a forward for wanted rows i0 .. i0 + nc (nc <= scratch->logits_rows), whose final hidden states
+ * the forward has put in scratch->xo: the output norm (weight norm, eps), the LM head `output`, the final softcap
+ * (none when <= 0), and the result to the host as a asks (whole rows, or each row's top_k best). */
+void gm_forward_logits(const gm_forward_args *a, int32_t i0, int32_t nc, const gm_tensor *output, const float *norm,
+                       float eps, float softcap);
 
 /* A residual update of a forward's stream x, x += rmsnorm(add) · norm then x *= scale (the rmsnorm_add and scale
  * ops; scale skipped when 1), left pending instead of run at once so that the next project reading x applies it

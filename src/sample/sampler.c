@@ -18,6 +18,11 @@
  *   - the draw: u in [0, 1) from PCG32, first survivor whose running weight exceeds u * sum.
  *   - every logit -inf (or NaN): the lowest id among the survivors, so token 0 for an all -inf row.
  *
+ * From a row's best logits only (gemmac_sampler_sample_top, fed by gemmac_ctx_top_logits): the same chain over
+ * the candidates, sorted by the order above and cut to top-k, then the same top-p / min-p, weights and draw code
+ * as the whole row's. gemmac_sampler_top_exact says when that is the whole row's result, token and generator both
+ * (the argument is at the function).
+ *
  * Speed (n_vocab = 262144, once per token; bench/bench_sampler.c): top-k (k <= GM_HEAP_MAX_K) and
  * greedy read the row once, in 64-logit blocks whose vectorised max is checked against the running
  * threshold first, keeping a k-element heap and never copying the row; penalised tokens are fed in
@@ -185,6 +190,10 @@ void gemmac_sampler_free(gemmac_sampler *s) {
 
 uint64_t gm_sampler_seed(const gemmac_sampler *s) {
     return s ? s->seed : 0;
+}
+
+uint64_t gm_sampler_rng_state(const gemmac_sampler *s) {
+    return s ? s->rng.state : 0;
 }
 
 /* ==== Penalty history ==== */
@@ -603,14 +612,10 @@ static double weigh(gemmac_sampler *s, const gm_cand *c, int32_t r) {
     return sum;
 }
 
-/* Does not accept the token (the caller does, as for prompt tokens). One draw of the generator (two
- * 32-bit outputs) per call, none when a single candidate survives or temp <= 0. NULL arguments give
- * token 0. */
-gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits) {
-    if (!s || !logits) return 0;
-    if (s->params.temp <= 0.0f) return greedy(s, logits, NULL);
-    bool sorted;
-    int32_t r = run_filters(s, logits, &sorted);
+/* The draw over the survivors s->cand[0..r) (r >= 1), in their order: temperature, then the first
+ * survivor whose running weight exceeds u * sum. One draw of the generator (two 32-bit outputs), none
+ * when a single candidate survives. */
+static gemmac_token draw(gemmac_sampler *s, int32_t r) {
     gm_cand *c = s->cand;
     if (r == 1) return c[0].id;
     double sum = weigh(s, c, r);
@@ -625,6 +630,91 @@ gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits) {
         }
     }
     return c[last].id;                        /* u * sum rounded up to sum */
+}
+
+/* Does not accept the token (the caller does, as for prompt tokens). One draw of the generator (two
+ * 32-bit outputs) per call, none when a single candidate survives or temp <= 0. NULL arguments give
+ * token 0. */
+gemmac_token gemmac_sampler_sample(gemmac_sampler *s, const float *logits) {
+    if (!s || !logits) return 0;
+    if (s->params.temp <= 0.0f) return greedy(s, logits, NULL);
+    bool sorted;
+    int32_t r = run_filters(s, logits, &sorted);
+    return draw(s, r);
+}
+
+/* ==== From a row's best logits ==== */
+
+/* Exactness (sampling from the row's n best == sampling from the row). Write r(t) for token t's logit as
+ * read (sanitize), q(t) for it after the penalties, and compare tokens by (value desc, id asc), a strict
+ * total order, so "the n best" is one well-defined set T, and the n best are what the caller passes.
+ *  1. The penalties only lower: for repeat >= 1, v <= 0 gives v * repeat <= v and v > 0 gives
+ *     v / repeat <= v (rounding is monotone and v is representable); then count * frequency + presence
+ *     >= 0 is subtracted, again <= v; -inf stays -inf, nothing becomes NaN (frequency and presence are
+ *     finite). The id does not change, so (q(t), t) never comes before (r(t), t), and q(t) = r(t) for
+ *     every token outside the P distinct ones in the window.
+ *  2. Let k be the count top-k keeps (1 for greedy). Since n >= k + P, T holds at least k unpenalised
+ *     tokens u, with q(u) = r(u). Every t outside T comes after each of them: (q(t), t) is at best
+ *     (r(t), t), which comes after (r(u), u) = (q(u), u) since u is in T and t is not. So at least k
+ *     tokens beat t after the penalties: t is not among the k best of the row by q. Hence the
+ *     k best by q of the row are the k best by q of T, the same tokens with the same values (bit for
+ *     bit, except that a zero's sign may differ, which no later step can see: it only adds, subtracts,
+ *     compares, exponentiates) in the same order.
+ *  3. The whole row's path (k <= GM_HEAP_MAX_K: top_k_heap) hands those k, sorted, to top_p_min_p and
+ *     draw; sample_top hands the same array to the same functions, so the survivors, the float sums
+ *     (same terms in the same order), the number of generator draws and the token are identical.
+ *     Greedy is the best candidate by q, k = 1 above; the whole row's greedy() is also the best by that
+ *     order (0 for an all -inf row is the best: every value ties, the lowest id wins).
+ * Not exact: top_k <= 0 or >= n_vocab (top-p's normaliser and the draw's weights need every token),
+ * top_k > GM_HEAP_MAX_K (the row's path keeps quickselect's order, which the draw's running sum sees),
+ * or a penalty that can raise a logit (a token outside T could climb into the k best). */
+bool gemmac_sampler_top_exact(const gemmac_sampler *s, int32_t n) {
+    if (!s || n < 1) return false;
+    const int32_t p = s->penalize ? s->n_present : 0;      /* distinct tokens the penalties touch */
+    if (p > 0 && !(s->params.repeat_penalty >= 1.0f && s->params.frequency_penalty >= 0.0f &&
+                   s->params.presence_penalty >= 0.0f))
+        return false;
+    int32_t k = 1;
+    if (s->params.temp > 0.0f) {
+        k = s->params.top_k;
+        if (k < 1 || k >= s->n_vocab || k > GM_HEAP_MAX_K) return false;
+    }
+    return (int64_t)k + p <= n;
+}
+
+/* The candidates into s->cand, read and penalised as load_all does; skips ids outside the vocabulary and
+ * takes at most n_vocab (the scratch's size). Returns how many. */
+static int32_t load_top(gemmac_sampler *s, const gemmac_token *ids, const float *logits, int32_t n) {
+    gm_cand *c = s->cand;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n && m < s->n_vocab; i++) {
+        gemmac_token t = ids[i];
+        if (t < 0 || t >= s->n_vocab) continue;
+        float v = (s->penalize && s->count[t]) ? penalised(s, logits[i], s->count[t]) : sanitize(logits[i]);
+        c[m++] = (gm_cand){v, t};
+    }
+    return m;
+}
+
+gemmac_token gemmac_sampler_sample_top(gemmac_sampler *s, const gemmac_token *ids, const float *logits,
+                                       int32_t n) {
+    if (!s || !ids || !logits || n < 1) return 0;
+    int32_t m = load_top(s, ids, logits, n);
+    if (m == 0) return 0;
+    gm_cand *c = s->cand;
+    if (s->params.temp <= 0.0f) {
+        best_first(c, m);                     /* greedy: the best by (logit desc, id asc) */
+        return c[0].id;
+    }
+    int32_t k = s->params.top_k;
+    if (k > 0 && k < m) {
+        select_best(c, m, k);                 /* top-k, then sorted as top_k_heap leaves them */
+        m = k;
+    }
+    sort_cands(c, m);
+    bool sorted = true;
+    int32_t r = top_p_min_p(s, c, m, &sorted);
+    return draw(s, r);
 }
 
 int32_t gm_sampler_candidates(gemmac_sampler *s, const float *logits, gm_sample_cand *out, int32_t cap) {

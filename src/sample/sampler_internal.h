@@ -34,5 +34,8 @@ int32_t gm_sampler_candidates(gemmac_sampler *s, const float *logits, gm_sample_
 
 /* The seed the generator was last seeded with (the clock's, for GEMMAC_SEED_RANDOM). */
 uint64_t gm_sampler_seed(const gemmac_sampler *s);
+/* The generator's current state (it advances by two outputs per draw): equal states after equal
+ * seeds mean equally many draws. 0 for NULL. */
+uint64_t gm_sampler_rng_state(const gemmac_sampler *s);
 
 #endif

@@ -8,7 +8,8 @@
  *      one batch and for its token-by-token decode;
  *   3. batched decoding: 4 different prompts decoded together (one batch per step, 4 sequences) give each
  *      sequence the greedy tokens it gets alone; a difference where the alone run's top-2 margin is <= 1e-3 is
- *      a near-tie (counted, printed, and that sequence no longer compared), any other fails.
+ *      a near-tie (counted, printed, and that sequence no longer compared), any other fails;
+ *   4. the best logits selected on the device (GEMMAC_LOGITS_TOP) against the host's selection from whole rows.
  * Exits 77 (skipped) when the context cannot be made on the GPU because no CUDA device is usable. */
 #include <math.h>
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 
 #include "gemmac.h"
 #include "hf_reference.h"
+#include "sample/top_logits.h"
 #include "test_paths.h"
 
 #define REL_TOL 1e-4
@@ -317,6 +319,73 @@ static void test_batched_decode(void **state) {
     if (mismatches) fail_msg("%d sequences decode differently batched than alone", mismatches);
 }
 
+/* The best logits a GPU context selects on the device (GEMMAC_LOGITS_TOP) equal, id for id and bit for bit, the
+ * host's selection (gm_top_logits_row) from the whole rows that a second GPU context, fed the same batches,
+ * hands out: the same kernels on the same inputs give the same logits. Over the batched prefill of B prompts
+ * and GEN batched steps; whole rows are not handed out for such tokens; gemmac_ctx_sample agrees with
+ * gemmac_sampler_sample on the whole row. */
+static void test_top_logits(void **state) {
+    (void)state;
+    gemmac_model *m = model_270m();
+    if (!m) skip();
+    gemmac_model_info info;
+    gemmac_model_get_info(m, &info);
+    const int V = info.n_vocab, K = V < GEMMAC_TOP_LOGITS ? V : GEMMAC_TOP_LOGITS;
+    static const char *const prompts[B] = {"The capital of France is", "1, 2, 3, 4,", "Roses are red,",
+                                           "In the beginning"};
+    int32_t toks[B][64], len[B];
+    for (int s = 0; s < B; s++) len[s] = tokenize(m, prompts[s], toks[s], 64);
+    gemmac_ctx *whole = new_ctx(m, -1, 256, 512, B, GEMMAC_KV_F16), *top = new_ctx(m, -1, 256, 512, B, GEMMAC_KV_F16);
+    int32_t bt[512], bp[512], bs[512], ids[GEMMAC_TOP_LOGITS];
+    int8_t bw_whole[512], bw_top[512];
+    float vals[GEMMAC_TOP_LOGITS];
+    int n = 0, rows = 0;
+    for (int s = 0; s < B; s++)
+        for (int i = 0; i < len[s]; i++) {
+            bt[n] = toks[s][i], bp[n] = i, bs[n] = s;
+            bw_whole[n] = i == len[s] - 1 ? GEMMAC_LOGITS_FULL : 0, bw_top[n] = i == len[s] - 1 ? GEMMAC_LOGITS_TOP : 0;
+            n++;
+        }
+    gemmac_sampler_params sp = gemmac_sampler_default_params();
+    sp.seed = 7;
+    gemmac_sampler *s_whole = gemmac_sampler_new(&sp, V), *s_top = gemmac_sampler_new(&sp, V);
+    for (int g = 0; g <= GEN; g++) {
+        gemmac_batch b = {.n_tokens = n, .token = bt, .pos = bp, .seq_id = bs, .logits = bw_whole};
+        if (gemmac_ctx_decode(whole, &b) != GEMMAC_OK) fail_msg("decode (whole rows): %s", gemmac_ctx_last_error(whole));
+        b.logits = bw_top;
+        if (gemmac_ctx_decode(top, &b) != GEMMAC_OK) fail_msg("decode (best logits): %s", gemmac_ctx_last_error(top));
+        int32_t next[B], m_out = 0;
+        for (int i = 0; i < n; i++) {
+            if (!bw_top[i]) continue;
+            const float *row = gemmac_ctx_logits(whole, i);
+            assert_non_null(row);
+            assert_null(gemmac_ctx_logits(top, i)); /* only the best were copied */
+            const gemmac_token *tid;
+            const float *tv;
+            assert_int_equal(gemmac_ctx_top_logits(top, i, &tid, &tv), K);
+            gm_top_logits_row(row, V, K, ids, vals);
+            for (int k = 0; k < K; k++)
+                if (tid[k] != ids[k] || memcmp(&tv[k], &vals[k], sizeof(float)))
+                    fail_msg("step %d token %d: best logit %d is %d (%.9g) on the device, %d (%.9g) on the host", g, i, k,
+                             tid[k], tv[k], ids[k], vals[k]);
+            const gemmac_token a = gemmac_sampler_sample(s_whole, row), c = gemmac_ctx_sample(top, i, s_top);
+            if (a != c) fail_msg("step %d token %d: sampled %d from the whole row, %d from the best", g, i, a, c);
+            gemmac_sampler_accept(s_whole, a), gemmac_sampler_accept(s_top, c);
+            next[m_out++] = argmax(row, V);
+            rows++;
+        }
+        n = 0;
+        for (int s = 0; s < B; s++) {
+            bt[n] = next[s], bp[n] = len[s]++, bs[n] = s, bw_whole[n] = GEMMAC_LOGITS_FULL, bw_top[n] = GEMMAC_LOGITS_TOP;
+            n++;
+        }
+    }
+    gemmac_sampler_free(s_whole), gemmac_sampler_free(s_top);
+    gemmac_ctx_free(whole), gemmac_ctx_free(top);
+    printf("  best logits: %d rows, the device's best %d equal the host's selection from the whole row; the same "
+           "samples from both\n", rows, K);
+}
+
 static void test_no_device_message(void **state) {
     (void)state; /* a bad n_gpu_layers and partial offload are refused by name, before any device work */
     gemmac_model *m = model_270m();
@@ -354,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_270m_vs_cpu),
         cmocka_unit_test(test_batched_decode),
+        cmocka_unit_test(test_top_logits),
         cmocka_unit_test(test_no_device_message),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -981,14 +981,20 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
     const gm_cuda_act_in in = {.x = dx, .K = K, .n = n, .res_add = dadd, .res_w = drw, .res_scale = 0.75f,
                                .norm = norm, .w = norm ? dnw : NULL, .eps = 1e-6f};
     float *xn = malloc(sizeof(float) * K);
-    void *f16[3] = {NULL, NULL, NULL};
-    /* pass 0 dequantizes per product; pass 1 reads f16 copies made once (the backend's f16_copies) */
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            for (int i = 0; i < nw; i++) {
-                f16[i] = dev_alloc((size_t)K * Ms[i] * 2);
-                CK(gm_cuda_gemm_weights_f16(&m.w[i], f16[i], NULL));
-                m.w[i].f16 = f16[i];
+    void *f16[3] = {NULL, NULL, NULL}, *stack = NULL;
+    /* pass 0 dequantizes per product; passes 1 and 2 read f16 copies made once (the backend's f16_copies): 1 one
+     * allocation per matrix (a GEMM each), 2 the matrices one after another in one allocation (one GEMM) */
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass > 0) {
+            int64_t rows = 0;
+            for (int i = 0; i < nw; i++) rows += Ms[i];
+            if (pass == 2) stack = dev_alloc((size_t)K * rows * 2);
+            for (int i = 0, row0 = 0; i < nw; row0 += (int)Ms[i], i++) {
+                if (pass == 1) f16[i] = dev_alloc((size_t)K * Ms[i] * 2);
+                void *dst = pass == 1 ? f16[i] : (uint8_t *)stack + (size_t)row0 * K * 2;
+                m.w[i].f16 = NULL;
+                CK(gm_cuda_gemm_weights_f16(&m.w[i], dst, NULL));
+                m.w[i].f16 = dst;
                 if (m.y[i]) dev_poison(m.y[i], sizeof(float) * Ms[i] * n);
             }
             if (gm_cuda_gemm_scratch_bytes(&m, n) > sb) fail_msg("gemm: f16 copies need more scratch than none");
@@ -1013,15 +1019,16 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
                     if (epi == GM_CUDA_EPI_GELU_MUL) a = gm_ref_gelu_tanh((float)a) * (double)mul[(int64_t)c * Ms[0] + r];
                     want[(int64_t)c * Ms[i] + r] = a;
                 }
-                char what[128];
+                char what[160];
                 snprintf(what, sizeof what, "gemm %s K=%lld n=%d epilogue %d norm %d matrix %d column %d%s",
-                         gm_type_traits_of(type)->name, (long long)K, n, epi, norm, i, c, pass ? " (f16 copies)" : "");
+                         gm_type_traits_of(type)->name, (long long)K, n, epi, norm, i, c, pass == 1 ? " (f16 copies)" : pass == 2 ? " (stacked f16 copies)" : "");
                 expect_rel_norm(what, y + (int64_t)c * Ms[i], want + (int64_t)c * Ms[i], (size_t)Ms[i],
                                 epi == GM_CUDA_EPI_STORE ? 1e-3 : 1.5e-3);
             }
             free(y), free(want);
         }
     }
+    if (stack) CU(cudaFree(stack));
     for (int i = 0; i < nw; i++) {
         if (f16[i]) CU(cudaFree(f16[i]));
         free_mat(&h[i]);
@@ -1059,7 +1066,7 @@ static void test_gemm(void **state) {
     gm_cuda_set_mmq_max_n(-1);
     gm_cuda_gemm_destroy(cublas);
     printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused residual + rmsnorm), each with the weights "
-           "dequantized per product and from f16 copies: %d cases pass (1e-3 relative in norm vs the exact product, "
+           "dequantized per product, from f16 copies and from stacked f16 copies: %d cases pass (1e-3 relative in norm vs the exact product, "
            "1.5e-3 through an epilogue)\n", cases);
 }
 
@@ -1150,6 +1157,148 @@ static void test_attn_prep(void **state) {
     printf("[ cuda     ] attention preparation (norms, RoPE, cache store): %d cases pass\n", cases);
 }
 
+/* ---- top logits: each row's k best, ids and values bit-identical to the host selection (gm_top_logits_row,
+ * linked in from src/sample/top_logits.c: CMakeLists.txt) ---- */
+#include <float.h>
+
+#include "sample/top_logits.h"
+
+static float nrand(void) { /* standard normal (Box-Muller) */
+    float u1 = (frand() + 1.0f) * 0.5f;
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    const float u2 = (frand() + 1.0f) * 0.5f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318531f * u2);
+}
+static float f_of_bits(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+static uint32_t bits_of_f(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+/* Row kinds: 0 normals; 1 four levels (-1, -0.0, +0.0, 0.5: massive ties, the zeros' signs must not matter) and
+ * ~1/1000 of 2.0; 2 normals with 1/24 each of NaN (payloads of both signs), +inf, -inf, FLT_MAX (ties with +inf as
+ * read), -FLT_MAX, -0.0, +0.0 and denormals; 3 all -inf; 4 all NaN; 5 NaN and -inf but 10 normals (the selection
+ * runs into -inf ties, across slices); 6 only -0.0 and +0.0 (all tied). */
+enum { TL_KINDS = 7 };
+static void fill_top_logits_row(float *x, int32_t n, int kind) {
+    static const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xffffffffu, 0x7fbfffffu};
+    static const float levels[] = {-1.0f, -0.0f, 0.0f, 0.5f};
+    for (int32_t i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = 4.0f * nrand(); break;
+        case 1: x[i] = urand(1000) == 0 ? 2.0f : levels[urand(4)]; break;
+        case 2:
+            switch (urand(24)) {
+            case 0: x[i] = f_of_bits(nans[urand(5)]); break;
+            case 1: x[i] = INFINITY; break;
+            case 2: x[i] = -INFINITY; break;
+            case 3: x[i] = FLT_MAX; break;
+            case 4: x[i] = -FLT_MAX; break;
+            case 5: x[i] = -0.0f; break;
+            case 6: x[i] = 0.0f; break;
+            case 7: x[i] = f_of_bits(urand(2) ? 0x00000005u : 0x80000005u); break;
+            default: x[i] = nrand(); break;
+            }
+            break;
+        case 3: x[i] = -INFINITY; break;
+        case 4: x[i] = f_of_bits(nans[urand(5)]); break;
+        case 5: x[i] = urand(2) ? -INFINITY : f_of_bits(nans[urand(5)]); break;
+        default: x[i] = urand(2) ? -0.0f : 0.0f; break;
+        }
+    }
+    if (kind == 5)
+        for (int c = 0; c < 10; c++) x[urand((uint32_t)n)] = nrand();
+}
+
+/* n_rows rows of n_vocab (row r of kind (r + shift) % TL_KINDS) for k = 1, 40, 256 (at most n_vocab); returns the
+ * number of calls checked. Outputs and scratch are poisoned before each call (a scratch candidate left unwritten
+ * reads as the largest key, an output left unwritten as id -1 / NaN). */
+static int run_top_logits(int32_t n_vocab, int32_t n_rows, int shift) {
+    static const int32_t ks[] = {1, 40, 256};
+    const size_t n = (size_t)n_vocab * (size_t)n_rows, n_out = (size_t)GM_CUDA_TOP_LOGITS_MAX * (size_t)n_rows;
+    float *x = malloc(sizeof(float) * n);
+    for (int32_t r = 0; r < n_rows; r++) fill_top_logits_row(x + (size_t)r * n_vocab, n_vocab, (r + shift) % TL_KINDS);
+    float *dx = dev_upload(x, sizeof(float) * n);
+    int32_t *di = dev_alloc(sizeof(int32_t) * n_out), *gi = malloc(sizeof(int32_t) * n_out);
+    float *dv = dev_alloc(sizeof(float) * n_out), *gv = malloc(sizeof(float) * n_out);
+    int32_t wi[GM_CUDA_TOP_LOGITS_MAX];
+    float wv[GM_CUDA_TOP_LOGITS_MAX];
+    int cases = 0;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int32_t k = ks[ki] < n_vocab ? ks[ki] : n_vocab;
+        if (ki > 0 && k <= ks[ki - 1]) continue; /* clamped to one already run */
+        const size_t sb = gm_cuda_top_logits_scratch_bytes(n_rows, n_vocab, k);
+        void *ds = NULL;
+        if (sb > 0) ds = dev_alloc(sb), dev_poison(ds, sb);
+        dev_poison(di, sizeof(int32_t) * n_out), dev_poison(dv, sizeof(float) * n_out);
+        CK(gm_cuda_top_logits(dx, n_rows, n_vocab, k, di, dv, ds, sb, NULL));
+        dev_download(gi, di, sizeof(int32_t) * (size_t)k * n_rows);
+        dev_download(gv, dv, sizeof(float) * (size_t)k * n_rows);
+        for (int32_t r = 0; r < n_rows; r++) {
+            gm_top_logits_row(x + (size_t)r * n_vocab, n_vocab, k, wi, wv);
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t id = gi[(size_t)r * k + j];
+                const float v = gv[(size_t)r * k + j];
+                if (id != wi[j] || bits_of_f(v) != bits_of_f(wv[j]))
+                    fail_msg("top_logits n_vocab %d n_rows %d k %d: row %d (kind %d) rank %d: id %d value %.9g (0x%08x), "
+                             "host id %d value %.9g (0x%08x)", n_vocab, n_rows, k, r, (r + shift) % TL_KINDS, j, id, v,
+                             bits_of_f(v), wi[j], wv[j], bits_of_f(wv[j]));
+            }
+        }
+        if (ds) CU(cudaFree(ds));
+        cases++;
+    }
+    free(x), free(gi), free(gv);
+    CU(cudaFree(dx)); CU(cudaFree(di)); CU(cudaFree(dv));
+    return cases;
+}
+
+static void test_top_logits(void **state) {
+    (void)state;
+    /* one slice (n_vocab <= 8192: one launch), two with a last slice of one logit, Gemma's 262144 (32 slices: one
+     * merge), 262147 (33 slices: two merge levels for k = 256) */
+    static const int32_t vocabs[] = {1, 200, 1000, 8192, 16385, 262144, 262147};
+    static const int32_t rows[] = {1, 3, 64};
+    int cases = 0;
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            /* every kind alone, in threes, and all mixed in 64 rows */
+            const int runs = rows[r] == 1 ? TL_KINDS : rows[r] == 3 ? 3 : 1;
+            for (int s = 0; s < runs; s++) cases += run_top_logits(vocabs[v], rows[r], s * rows[r]);
+        }
+    /* 2^24 - 3 logits (2048 slices, the last one short): three merge levels for k = 256 */
+    cases += run_top_logits((1 << 24) - 3, 2, 0);
+    cases += run_top_logits((1 << 24) - 3, 1, 5);
+    /* bad arguments are refused */
+    {
+        float *dx = dev_alloc(sizeof(float) * 16385);
+        int32_t *di = dev_alloc(sizeof(int32_t) * 512);
+        float *dv = dev_alloc(sizeof(float) * 512);
+        const size_t sb = gm_cuda_top_logits_scratch_bytes(1, 16385, 256);
+        void *ds = dev_alloc(sb);
+        if (sb == 0 || gm_cuda_top_logits_scratch_bytes(1, 8192, 256) != 0)
+            fail_msg("top_logits scratch: %zu bytes for 16385 logits, %zu for 8192", sb,
+                     gm_cuda_top_logits_scratch_bytes(1, 8192, 256));
+        const struct { int32_t n_rows, n_vocab, k; size_t sb; } bad[] = {
+            {1, 16385, 0, sb}, {1, 16385, GM_CUDA_TOP_LOGITS_MAX + 1, sb}, {1, 100, 101, sb}, {0, 16385, 40, sb},
+            {1, 16385, 256, sb - 8}, {1, (1 << 24) + 1, 40, sb}};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+            if (gm_cuda_top_logits(dx, bad[i].n_rows, bad[i].n_vocab, bad[i].k, di, dv, ds, bad[i].sb, NULL) == 0)
+                fail_msg("top_logits accepted n_rows %d n_vocab %d k %d scratch %zu", bad[i].n_rows, bad[i].n_vocab,
+                         bad[i].k, bad[i].sb);
+        if (gm_cuda_top_logits(NULL, 1, 16385, 40, di, dv, ds, sb, NULL) == 0) fail_msg("top_logits accepted NULL logits");
+        CU(cudaDeviceSynchronize());
+        CU(cudaFree(dx)); CU(cudaFree(di)); CU(cudaFree(dv)); CU(cudaFree(ds));
+    }
+    printf("[ cuda     ] top_logits: %d cases pass (ids and values bit-identical to gm_top_logits_row; ties, "
+           "NaN / inf / -0 rows, 1..2^24-3 logits, 1..64 rows)\n", cases);
+}
+
 int main(void) {
     const int n = gm_cuda_device_count();
     if (n <= 0) {
@@ -1164,6 +1313,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_top_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "gemmac.h"
+#include "sample/top_logits.h"
 #include "tiny_model.h"
 
 /* Tolerance on max_i,v |logit - oracle| / max_i,v |oracle logit| over every position of a sequence.
@@ -818,6 +819,51 @@ static void test_batch_without_logits(void **state) {
     gemmac_ctx_free(c);
 }
 
+/* Tokens asking for their best logits (GEMMAC_LOGITS_TOP) on the CPU: the whole row is kept, and
+ * gemmac_ctx_top_logits gives the host selection of it (gm_top_logits_row) for such rows and for whole-row
+ * tokens alike; a token without logits gives -1; gemmac_ctx_sample equals gemmac_sampler_sample on the row. */
+static void test_top_logits(void **state) {
+    (void)state;
+    int32_t tok[SEQ_LEN], pos[SEQ_LEN], seq[SEQ_LEN];
+    int8_t want[SEQ_LEN];
+    make_tokens(9, tok, SEQ_LEN);
+    for (int i = 0; i < SEQ_LEN; i++) pos[i] = i, seq[i] = 0, want[i] = (int8_t)(i % 3); /* none, whole, best */
+    gemmac_ctx *c = new_ctx(0, 1, 0);
+    gemmac_batch b = {.n_tokens = SEQ_LEN, .token = tok, .pos = pos, .seq_id = seq, .logits = want};
+    assert_int_equal(gemmac_ctx_decode(c, &b), GEMMAC_OK);
+    const int V = g_fx.t->n_vocab, K = V < GEMMAC_TOP_LOGITS ? V : GEMMAC_TOP_LOGITS;
+    int32_t ids[GEMMAC_TOP_LOGITS];
+    float vals[GEMMAC_TOP_LOGITS];
+    gemmac_sampler_params sp = gemmac_sampler_default_params();
+    sp.seed = 3;
+    gemmac_sampler *s1 = gemmac_sampler_new(&sp, V), *s2 = gemmac_sampler_new(&sp, V);
+    for (int i = 0; i < SEQ_LEN; i++) {
+        const gemmac_token *tid = NULL;
+        const float *tv = NULL;
+        const int32_t n = gemmac_ctx_top_logits(c, i, &tid, &tv);
+        const float *row = gemmac_ctx_logits(c, i);
+        if (want[i] == 0) {
+            assert_int_equal(n, -1);
+            assert_null(row);
+            assert_int_equal(gemmac_ctx_sample(c, i, s1), -1);
+            continue;
+        }
+        assert_non_null(row); /* the CPU selects on the host: the whole row is there */
+        assert_int_equal(n, K);
+        gm_top_logits_row(row, V, K, ids, vals);
+        assert_memory_equal(tid, ids, sizeof(int32_t) * (size_t)K);
+        assert_memory_equal(tv, vals, sizeof(float) * (size_t)K);
+        for (int k = 1; k < K; k++) assert_true(tv[k - 1] > tv[k] || (tv[k - 1] == tv[k] && tid[k - 1] < tid[k]));
+        assert_int_equal(gemmac_ctx_sample(c, i, s1), gemmac_sampler_sample(s2, row));
+    }
+    assert_int_equal(gemmac_ctx_logits_for(c, s1), GEMMAC_LOGITS_TOP); /* top_k 40, no penalties: exact */
+    sp.top_k = 0;
+    gemmac_sampler *s3 = gemmac_sampler_new(&sp, V);
+    assert_int_equal(gemmac_ctx_logits_for(c, s3), K < V ? GEMMAC_LOGITS_FULL : GEMMAC_LOGITS_TOP);
+    gemmac_sampler_free(s1), gemmac_sampler_free(s2), gemmac_sampler_free(s3);
+    gemmac_ctx_free(c);
+}
+
 static bool abort_at_half(float progress, void *user) {
     (*(int *)user)++;
     return progress < 0.5f;
@@ -869,6 +915,7 @@ int main(void) {
         cmocka_unit_test(test_context_params),
         cmocka_unit_test(test_context_full),
         cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_top_logits),
         cmocka_unit_test(test_batch_without_logits),
         cmocka_unit_test(test_load_abort_and_default_context),
     };

@@ -1,5 +1,6 @@
 /* test_sampler.c: the sampler chain (src/sample) against hand-derived survivors, a brute-force
- * reference on full-size vocabularies, and empirical draw distributions under fixed seeds.
+ * reference on full-size vocabularies, empirical draw distributions under fixed seeds, and sampling from a
+ * row's best logits (gemmac_sampler_sample_top) against sampling from the whole row.
  * Leaves the speed of the chain to bench/bench_sampler.c. */
 #include <float.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 
 #include "gemmac.h"
 #include "sample/sampler_internal.h"
+#include "sample/top_logits.h"
 
 #define N_ELEMS(a) ((int32_t)(sizeof(a) / sizeof((a)[0])))
 #define BIG_VOCAB 262144            /* Gemma 3's vocabulary */
@@ -995,6 +997,417 @@ static void test_nan_inf_logits(void **state) {
     gemmac_sampler_free(s);
 }
 
+/* ---- sampling from a row's best logits ---- */
+
+enum { TOP_N = GEMMAC_TOP_LOGITS, TOP_DRAWS = 50 };
+
+typedef struct top_case {
+    gemmac_sampler_params p;
+    int want;                        /* draws gemmac_sampler_top_exact allows: 1 all, 0 none, -1 any */
+} top_case;
+
+static top_case top_case_of(float temp, int32_t top_k, float top_p, float min_p, float repeat, float freq,
+                            float presence, int32_t last_n, int want) {
+    gemmac_sampler_params p = gemmac_sampler_default_params();
+    p.temp = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repeat_penalty = repeat;
+    p.frequency_penalty = freq;
+    p.presence_penalty = presence;
+    p.repeat_last_n = last_n;
+    return (top_case){p, want};
+}
+
+/* Greedy, top-k 1 / 40 / 256 with various top-p, min-p and temperatures, and the penalties (repeat 1.3,
+ * frequency .2, presence .5) with windows whose distinct tokens (P) always, sometimes or never leave room
+ * for k + P <= 256. */
+static int top_cases(top_case *c) {
+    int n = 0;
+    c[n++] = top_case_of(0.0f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 1);
+    c[n++] = top_case_of(-1.0f, 0, 1.0f, 0.0f, 1.3f, 0.2f, 0.5f, 64, 1);      /* greedy: k = 1 */
+    c[n++] = top_case_of(0.8f, 1, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 1);
+    c[n++] = top_case_of(0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 1);    /* the defaults */
+    c[n++] = top_case_of(1.5f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 1);
+    c[n++] = top_case_of(1.0f, 256, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 1);
+    c[n++] = top_case_of(0.7f, 256, 1.0f, 0.01f, 1.0f, 0.0f, 0.0f, 64, 1);
+    c[n++] = top_case_of(3.0f, 256, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 1);
+    c[n++] = top_case_of(3.0f, 255, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 1);    /* cuts the 256th */
+    c[n++] = top_case_of(1.2f, 40, 0.95f, 0.05f, 1.3f, 0.2f, 0.5f, 64, 1);
+    c[n++] = top_case_of(2.0f, 40, 0.99f, 0.0f, 1.3f, 0.2f, 0.5f, -1, 1);     /* P <= 10 + 50 */
+    c[n++] = top_case_of(1.0f, 200, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, 32, 1);     /* P <= 32 */
+    c[n++] = top_case_of(0.5f, 100, 0.5f, 0.2f, 1.3f, 0.2f, 0.5f, 64, 1);
+    c[n++] = top_case_of(4.0f, 200, 1.0f, 0.0f, 1.3f, 0.2f, 0.5f, -1, -1);    /* P grows past 56 */
+    c[n++] = top_case_of(1.0f, 256, 0.95f, 0.0f, 1.0f, 0.2f, 0.0f, 64, 0);    /* history: P >= 1 */
+    c[n++] = top_case_of(1.0f, 0, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 0);     /* keeps all */
+    c[n++] = top_case_of(1.0f, 40, 0.95f, 0.05f, 1.0f, 0.0f, -0.5f, 64, 0);   /* presence raises */
+    return n;
+}
+
+/* One row under one parameter set: two samplers of the same seed and history, one sampling the whole row
+ * and one its TOP_N best (gm_top_logits_row) whenever gemmac_sampler_top_exact allows it (else the whole
+ * row too, as a context falls back); each drawn token is accepted into both so the penalties evolve.
+ * Tokens and generator states must match after every draw. Returns how many draws used the best logits;
+ * *advanced counts draws that advanced the generator. */
+static int top_vs_full(const gemmac_sampler_params *p, const float *row, int32_t n_vocab, int *advanced) {
+    gemmac_sampler *full = make(p, n_vocab), *top = make(p, n_vocab);
+    gemmac_token ids[TOP_N];
+    float vals[TOP_N];
+    const int32_t n = n_vocab < TOP_N ? n_vocab : TOP_N;
+    gm_top_logits_row(row, n_vocab, n, ids, vals);
+    /* A history that penalises the row's current favourites (ids[0] three times) and some others. */
+    const gemmac_token hist[] = {ids[0], ids[1], ids[0], ids[3], ids[7], 5, n_vocab - 1, ids[0], ids[20], 17};
+    for (int i = 0; i < N_ELEMS(hist); i++) {
+        gemmac_sampler_accept(full, hist[i]);
+        gemmac_sampler_accept(top, hist[i]);
+    }
+    int exact = 0;
+    for (int d = 0; d < TOP_DRAWS; d++) {
+        const uint64_t before = gm_sampler_rng_state(full);
+        const gemmac_token a = gemmac_sampler_sample(full, row);
+        gemmac_token b;
+        if (gemmac_sampler_top_exact(top, n)) {
+            b = gemmac_sampler_sample_top(top, ids, vals, n);
+            exact++;
+        } else {
+            b = gemmac_sampler_sample(top, row);
+        }
+        assert_int_equal(b, a);
+        assert_true(gm_sampler_rng_state(top) == gm_sampler_rng_state(full));
+        *advanced += gm_sampler_rng_state(full) != before;
+        gemmac_sampler_accept(full, a);
+        gemmac_sampler_accept(top, b);
+    }
+    gemmac_sampler_free(full);
+    gemmac_sampler_free(top);
+    return exact;
+}
+
+/* Rows with what the reading has to agree on: coarse quantisation (ties everywhere, also across the
+ * 256th place), NaN, +inf (read as FLT_MAX), -inf, -0.0 beside 0.0, a plateau of 300 equal maxima, a
+ * row of almost nothing finite and one of nothing finite. */
+static void fill_top_row(float *l, int32_t n, int kind, gm_pcg32 *r) {
+    for (int32_t i = 0; i < n; i++) {
+        float g = gauss(r);
+        switch (kind) {
+        case 0: l[i] = g * 3.0f; break;
+        case 1: l[i] = roundf(g * 2.0f) / 2.0f; break;
+        case 2: l[i] = roundf(g * 4.0f) / 2.0f; break;
+        case 3: l[i] = g - 4.0f; break;
+        case 4: l[i] = -INFINITY; break;
+        case 5: l[i] = i % 2 ? NAN : -INFINITY; break;
+        default: l[i] = g * 8.0f; break;
+        }
+    }
+    if (kind == 2) {
+        int32_t zeros = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (l[i] == 0.0f && zeros++ % 2) l[i] = -0.0f;
+        assert_true(zeros > 10);
+        l[n / 3] = INFINITY;
+        l[n / 2] = INFINITY;
+        l[n / 5] = NAN;
+        l[n / 7] = -INFINITY;
+        for (int32_t i = 0; i < 40; i++) l[(i * 7919) % n] = NAN;
+    }
+    if (kind == 3)
+        for (int32_t i = 0; i < 300; i++) l[(i * 4099 + 11) % n] = 1.0f;
+    if (kind == 4)
+        for (int32_t i = 0; i < 10; i++) l[(i * 613 + 3) % n] = (float)(i % 4) - 1.5f;
+}
+
+static void test_sample_top_matches_full_row(void **state) {
+    (void)state;
+    enum { N = 5000, KINDS = 7 };
+    float *l = malloc(N * sizeof *l);
+    assert_non_null(l);
+    top_case cases[32];
+    const int n_cases = top_cases(cases);
+    gm_pcg32 r;
+    gm_pcg32_seed(&r, 404, 1);
+    int exact = 0, advanced = 0, mixed = 0;
+    for (int kind = 0; kind < KINDS; kind++) {
+        fill_top_row(l, N, kind, &r);
+        for (int c = 0; c < n_cases; c++) {
+            gemmac_sampler_params p = cases[c].p;
+            p.seed = 1000u + (uint64_t)(kind * 100 + c);
+            int e = top_vs_full(&p, l, N, &advanced);
+            if (cases[c].want == 1) assert_int_equal(e, TOP_DRAWS);
+            if (cases[c].want == 0) assert_int_equal(e, 0);
+            if (cases[c].want == -1) mixed += e > 0 && e < TOP_DRAWS;
+            exact += e;
+        }
+    }
+    /* The comparison has teeth: most draws went through the best logits and many consumed the generator;
+     * the growing window really crossed k + P = 256 in the mixed case. */
+    assert_true(exact >= KINDS * (n_cases - 4) * TOP_DRAWS);
+    assert_true(advanced > exact / 2);
+    assert_true(mixed >= 1);
+    free(l);
+}
+
+static void test_sample_top_matches_full_row_big_vocab(void **state) {
+    (void)state;
+    float *l = malloc(BIG_VOCAB * sizeof *l);
+    assert_non_null(l);
+    top_case cases[32];
+    const int n_cases = top_cases(cases);
+    gm_pcg32 r;
+    gm_pcg32_seed(&r, 405, 1);
+    const int kinds[] = {2, 3};
+    int advanced = 0;
+    for (int k = 0; k < N_ELEMS(kinds); k++) {
+        fill_top_row(l, BIG_VOCAB, kinds[k], &r);
+        for (int c = 0; c < n_cases; c++) {
+            if (cases[c].want == 0) continue;  /* the whole row twice: nothing new */
+            gemmac_sampler_params p = cases[c].p;
+            p.seed = 77u + (uint64_t)c;
+            int e = top_vs_full(&p, l, BIG_VOCAB, &advanced);
+            if (cases[c].want == 1) assert_int_equal(e, TOP_DRAWS);
+        }
+    }
+    assert_true(advanced > 100);
+    free(l);
+}
+
+static void test_top_exact_conditions(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    gemmac_sampler_params p = gemmac_sampler_default_params();     /* top_k 40, penalties neutral */
+    gemmac_sampler *s = make(&p, N);
+    assert_false(gemmac_sampler_top_exact(NULL, 256));
+    assert_false(gemmac_sampler_top_exact(s, 0));
+    assert_false(gemmac_sampler_top_exact(s, -1));
+    assert_true(gemmac_sampler_top_exact(s, 256));
+    assert_true(gemmac_sampler_top_exact(s, 40));
+    assert_false(gemmac_sampler_top_exact(s, 39));
+    for (int i = 0; i < 100; i++) gemmac_sampler_accept(s, i);     /* neutral penalties: P = 0 */
+    assert_true(gemmac_sampler_top_exact(s, 40));
+    gemmac_sampler_free(s);
+
+    /* top_k <= 0 or >= n_vocab keeps every token: top-p needs the whole row, whatever n. */
+    const int32_t keep_all[] = {0, -1, N, N + 5};
+    for (int i = 0; i < N_ELEMS(keep_all); i++) {
+        p.top_k = keep_all[i];
+        s = make(&p, N);
+        assert_false(gemmac_sampler_top_exact(s, 256));
+        assert_false(gemmac_sampler_top_exact(s, N));
+        gemmac_sampler_free(s);
+    }
+    /* ... but greedy needs one token, whatever top_k. */
+    p.temp = 0.0f;
+    s = make(&p, N);
+    assert_true(gemmac_sampler_top_exact(s, 1));
+    gemmac_sampler_free(s);
+    p.temp = 0.8f;
+
+    /* top_k above n; top_k above the heap's 4096 (the whole row's order is quickselect's then). */
+    p.top_k = 300;
+    s = make(&p, N);
+    assert_false(gemmac_sampler_top_exact(s, 256));
+    assert_true(gemmac_sampler_top_exact(s, 300));
+    gemmac_sampler_free(s);
+    p.top_k = 4097;
+    s = make(&p, N);
+    assert_false(gemmac_sampler_top_exact(s, N - 1));
+    gemmac_sampler_free(s);
+    p.top_k = 4096;
+    s = make(&p, N);
+    assert_true(gemmac_sampler_top_exact(s, 4096));
+    gemmac_sampler_free(s);
+
+    /* Penalties that can raise a logit: not exact once they touch a token; nothing to touch yet, or
+     * repeat_last_n = 0, is exact. */
+    gemmac_sampler_params raise[3] = {p, p, p};
+    raise[0].presence_penalty = -0.5f;
+    raise[1].frequency_penalty = -0.1f;
+    raise[2].repeat_penalty = 0.9f;
+    for (int i = 0; i < 3; i++) {
+        raise[i].top_k = 40;
+        s = make(&raise[i], N);
+        assert_true(gemmac_sampler_top_exact(s, 256));
+        gemmac_sampler_accept(s, 7);
+        assert_false(gemmac_sampler_top_exact(s, 256));
+        assert_false(gemmac_sampler_top_exact(s, N));
+        gemmac_sampler_reset(s);
+        assert_true(gemmac_sampler_top_exact(s, 256));
+        gemmac_sampler_free(s);
+        raise[i].repeat_last_n = 0;
+        s = make(&raise[i], N);
+        gemmac_sampler_accept(s, 7);
+        assert_true(gemmac_sampler_top_exact(s, 256));
+        gemmac_sampler_free(s);
+    }
+
+    /* k + P <= n with P the distinct tokens in the window: repeats do not count, tokens leaving the
+     * window stop counting, reset forgets them. */
+    p.top_k = 40;
+    p.repeat_penalty = 1.3f;
+    p.frequency_penalty = 0.2f;
+    p.presence_penalty = 0.5f;
+    p.repeat_last_n = 300;
+    s = make(&p, N);
+    for (int i = 0; i < 216; i++) gemmac_sampler_accept(s, 1000 + i);
+    assert_true(gemmac_sampler_top_exact(s, 256));                 /* 40 + 216 */
+    for (int i = 0; i < 50; i++) gemmac_sampler_accept(s, 1000 + i % 7);
+    assert_true(gemmac_sampler_top_exact(s, 256));                 /* still 216 distinct */
+    gemmac_sampler_accept(s, 3);
+    assert_false(gemmac_sampler_top_exact(s, 256));                /* 217 */
+    assert_true(gemmac_sampler_top_exact(s, 257));
+    /* 267 tokens so far; 33 more of token 3 fill the window of 300 (still 217 distinct). The next 7 push
+     * out 1000..1006, which stay in the window through their repeats; the 13 after them push out
+     * 1007..1019, gone: 217 - 13 = 204. */
+    for (int i = 0; i < 33 + 7; i++) gemmac_sampler_accept(s, 3);
+    assert_false(gemmac_sampler_top_exact(s, 256));
+    assert_true(gemmac_sampler_top_exact(s, 257));
+    for (int i = 0; i < 13; i++) gemmac_sampler_accept(s, 3);
+    assert_true(gemmac_sampler_top_exact(s, 256));
+    assert_false(gemmac_sampler_top_exact(s, 243));
+    assert_true(gemmac_sampler_top_exact(s, 244));                 /* 40 + 204 */
+    gemmac_sampler_reset(s);
+    assert_true(gemmac_sampler_top_exact(s, 40));
+    gemmac_sampler_free(s);
+
+    /* Greedy with penalties: k = 1. */
+    p.temp = 0.0f;
+    p.top_k = 0;
+    s = make(&p, N);
+    for (int i = 0; i < 255; i++) gemmac_sampler_accept(s, i);
+    assert_true(gemmac_sampler_top_exact(s, 256));
+    gemmac_sampler_accept(s, 255);
+    assert_false(gemmac_sampler_top_exact(s, 256));
+    gemmac_sampler_free(s);
+}
+
+/* The candidates' order does not matter: shuffled or reversed, the same tokens and generator states, in
+ * the exact cases and in the approximate ones. */
+static void test_sample_top_any_order(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    float *l = malloc(N * sizeof *l);
+    assert_non_null(l);
+    gm_pcg32 r;
+    gm_pcg32_seed(&r, 406, 1);
+    fill_top_row(l, N, 2, &r);                 /* ties, NaN, +-inf, -0 */
+    gemmac_token ids[TOP_N], sh_ids[TOP_N], rev_ids[TOP_N];
+    float vals[TOP_N], sh_vals[TOP_N], rev_vals[TOP_N];
+    gm_top_logits_row(l, N, TOP_N, ids, vals);
+    for (int i = 0; i < TOP_N; i++) {
+        sh_ids[i] = ids[i];
+        sh_vals[i] = vals[i];
+        rev_ids[i] = ids[TOP_N - 1 - i];
+        rev_vals[i] = vals[TOP_N - 1 - i];
+    }
+    for (int i = TOP_N - 1; i > 0; i--) {       /* Fisher-Yates */
+        int j = (int)(gm_pcg32_next(&r) % (uint32_t)(i + 1));
+        gemmac_token t = sh_ids[i];
+        sh_ids[i] = sh_ids[j];
+        sh_ids[j] = t;
+        float v = sh_vals[i];
+        sh_vals[i] = sh_vals[j];
+        sh_vals[j] = v;
+    }
+    int moved = 0;
+    for (int i = 0; i < TOP_N; i++) moved += sh_ids[i] != ids[i];
+    assert_true(moved > TOP_N / 2);
+    top_case cases[32];
+    const int n_cases = top_cases(cases);
+    int advanced = 0;
+    for (int c = 0; c < n_cases; c++) {
+        gemmac_sampler_params p = cases[c].p;
+        p.seed = 9u + (uint64_t)c;
+        gemmac_sampler *a = make(&p, N), *b = make(&p, N), *rv = make(&p, N);
+        for (int i = 0; i < 5; i++) {
+            gemmac_sampler_accept(a, ids[i * 2]);
+            gemmac_sampler_accept(b, ids[i * 2]);
+            gemmac_sampler_accept(rv, ids[i * 2]);
+        }
+        for (int d = 0; d < TOP_DRAWS; d++) {
+            const uint64_t before = gm_sampler_rng_state(a);
+            gemmac_token ta = gemmac_sampler_sample_top(a, ids, vals, TOP_N);
+            assert_int_equal(gemmac_sampler_sample_top(b, sh_ids, sh_vals, TOP_N), ta);
+            assert_int_equal(gemmac_sampler_sample_top(rv, rev_ids, rev_vals, TOP_N), ta);
+            assert_true(gm_sampler_rng_state(a) == gm_sampler_rng_state(b));
+            assert_true(gm_sampler_rng_state(a) == gm_sampler_rng_state(rv));
+            advanced += gm_sampler_rng_state(a) != before;
+            gemmac_sampler_accept(a, ta);
+            gemmac_sampler_accept(b, ta);
+            gemmac_sampler_accept(rv, ta);
+        }
+        gemmac_sampler_free(a);
+        gemmac_sampler_free(b);
+        gemmac_sampler_free(rv);
+    }
+    assert_true(advanced > 200);
+    free(l);
+}
+
+/* Hand-checked candidates: NULL and empty input, ids outside the vocabulary, greedy over penalised
+ * candidates (ties to the lower id), nothing finite, and the approximation (top_k 0) as a distribution. */
+static void test_sample_top_edges(void **state) {
+    (void)state;
+    gemmac_sampler_params p = gemmac_sampler_default_params();
+    p.seed = 5;
+    gemmac_sampler *s = make(&p, 10);
+    const gemmac_token ids[] = {4, 6};
+    const float vals[] = {1.0f, 2.0f};
+    assert_int_equal(gemmac_sampler_sample_top(NULL, ids, vals, 2), 0);
+    assert_int_equal(gemmac_sampler_sample_top(s, NULL, vals, 2), 0);
+    assert_int_equal(gemmac_sampler_sample_top(s, ids, NULL, 2), 0);
+    assert_int_equal(gemmac_sampler_sample_top(s, ids, vals, 0), 0);
+    assert_int_equal(gemmac_sampler_sample_top(s, ids, vals, -3), 0);
+    const gemmac_token bad[] = {-1, 10, 1000};
+    const float bad_vals[] = {5.0f, 6.0f, 7.0f};
+    assert_int_equal(gemmac_sampler_sample_top(s, bad, bad_vals, 3), 0);
+    const gemmac_token some_bad[] = {-1, 7, 10};
+    for (int i = 0; i < 20; i++) assert_int_equal(gemmac_sampler_sample_top(s, some_bad, bad_vals, 3), 7);
+    gemmac_sampler_free(s);
+
+    /* Greedy: the best penalised candidate; repeat 2 turns 4.0 into exactly 2.0. */
+    p.temp = 0.0f;
+    p.repeat_penalty = 2.0f;
+    s = make(&p, 10);
+    const gemmac_token g_ids[] = {6, 3, 8, 1};
+    const float g_vals[] = {2.0f, 4.0f, 1.0f, NAN};
+    assert_int_equal(gemmac_sampler_sample_top(s, g_ids, g_vals, 4), 3);
+    gemmac_sampler_accept(s, 3);
+    assert_int_equal(gemmac_sampler_sample_top(s, g_ids, g_vals, 4), 3);     /* 2.0 ties 6's: lower id */
+    gemmac_sampler_accept(s, 1);
+    const gemmac_token g2_ids[] = {6, 3, 2};
+    const float g2_vals[] = {2.0f, 4.0f, 2.0f};
+    assert_int_equal(gemmac_sampler_sample_top(s, g2_ids, g2_vals, 3), 2);   /* 2 < 3 < 6 at 2.0 */
+    const gemmac_token g3_ids[] = {6, 3};
+    const float g3_vals[] = {2.5f, 4.0f};
+    assert_int_equal(gemmac_sampler_sample_top(s, g3_ids, g3_vals, 2), 6);   /* 4 / 2 < 2.5 */
+    const gemmac_token none_ids[] = {9, 5, 7};
+    const float none_vals[] = {NAN, -INFINITY, NAN};
+    assert_int_equal(gemmac_sampler_sample_top(s, none_ids, none_vals, 3), 5);
+    gemmac_sampler_free(s);
+    p = gemmac_sampler_default_params();
+    p.seed = 6;
+    s = make(&p, 10);
+    for (int i = 0; i < 20; i++) assert_int_equal(gemmac_sampler_sample_top(s, none_ids, none_vals, 3), 5);
+    gemmac_sampler_free(s);
+
+    /* Not exact (top_k 0), so the chain runs over the candidates alone: p(2) = .75, p(9) = .25. */
+    enum { DRAWS = 4000 };
+    p = plain_params();
+    p.seed = 8;
+    s = make(&p, 10);
+    assert_false(gemmac_sampler_top_exact(s, 2));
+    const gemmac_token a_ids[] = {9, 2};
+    const float a_vals[] = {logf(0.25f), logf(0.75f)};
+    int twos = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        gemmac_token t = gemmac_sampler_sample_top(s, a_ids, a_vals, 2);
+        assert_true(t == 2 || t == 9);
+        twos += t == 2;
+    }
+    assert_true(abs(twos - 3 * DRAWS / 4) < 150);   /* Binomial(4000, .75): sd 27 */
+    gemmac_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pcg32_reference_vector),
@@ -1024,6 +1437,11 @@ int main(void) {
         cmocka_unit_test(test_temperature_empirical),
         cmocka_unit_test(test_default_chain_draws),
         cmocka_unit_test(test_nan_inf_logits),
+        cmocka_unit_test(test_top_exact_conditions),
+        cmocka_unit_test(test_sample_top_matches_full_row),
+        cmocka_unit_test(test_sample_top_matches_full_row_big_vocab),
+        cmocka_unit_test(test_sample_top_any_order),
+        cmocka_unit_test(test_sample_top_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
