@@ -265,7 +265,7 @@ gemmac_status gemmac_ctx_decode(gemmac_ctx *c, const gemmac_batch *bt) {
         if (st == GEMMAC_OK) st = st_be;
         if (st != GEMMAC_OK) return st;
         for (int32_t i = 0; i < n; i++) c->kv->seq_len[bt->seq_id[i0 + i]]++;
-        memset(c->row_kind + row, only_top ? ROW_TOP : ROW_WHOLE, (size_t)nc_out);
+        if (nc_out) memset(c->row_kind + row, only_top ? ROW_TOP : ROW_WHOLE, (size_t)nc_out);
         row += nc_out;
     }
     c->last_n = bt->n_tokens;
