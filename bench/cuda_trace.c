@@ -2,8 +2,11 @@
  * is no part of libgemmac. Loaded with LD_PRELOAD, its constructor enables CUPTI's CONCURRENT_KERNEL activity
  * (kernels launched directly and kernels replayed from CUDA graphs alike: their records carry the graph's id);
  * at process exit it flushes CUPTI and writes a markdown report: per kernel name (mangled; pipe it through
- * c++filt) count, total/mean/min/max duration, mean gap before it on its stream (gaps under 1 ms only) and share
- * of all kernel time, sorted by total time; then the totals. Built by CMake as libgemmac_cuda_trace.so (the
+ * c++filt) count, total/mean/min/max duration, mean gap before it on its stream (gaps under 1 ms only), mean
+ * end increment (how much later it ends than every kernel before it on its stream ends: its cost on the critical
+ * path, the honest per-kernel figure when programmatic dependent launch overlaps kernels, whose durations then
+ * include waiting on their predecessor; increments of 1 ms and more are idle time, left out) and share of all
+ * kernel time, sorted by total time; then the totals. Built by CMake as libgemmac_cuda_trace.so (the
  * target gemmac_cuda_trace, only when CUPTI is found). Usage:
  *   LD_PRELOAD=build/libgemmac_cuda_trace.so GEMMAC_TRACE_OUT=/tmp/t.md ./build/gemmac bench ...
  *   c++filt < /tmp/t.md
@@ -197,6 +200,7 @@ typedef struct {
     uint64_t count, graph_count;
     uint64_t total, min, max; /* ns */
     uint64_t gap_sum, gap_n;  /* gaps < 1 ms before this kernel on its stream */
+    uint64_t incr_sum, incr_n; /* end increments < 1 ms (see the header) */
 } tr_stat;
 
 static int tr_cmp_stat(const void *a, const void *b) {
@@ -239,7 +243,7 @@ static void tr_report(FILE *f) {
     for (size_t i = 0; i < g_n_names; i++) st[i] = (tr_stat){.id = (uint32_t)i, .min = UINT64_MAX};
 
     uint64_t kernels = 0, graph_kernels = 0, busy = 0, gap_sum = 0, gap_n = 0, long_gaps = 0, overlaps = 0;
-    uint64_t skipped = 0, span_lo = UINT64_MAX, span_hi = 0, streams = 0;
+    uint64_t incr_sum = 0, skipped = 0, span_lo = UINT64_MAX, span_hi = 0, streams = 0;
     uint64_t prev_end = 0; /* latest end so far on the current stream */
     for (size_t i = 0; i < n; i++) {
         const tr_rec *r = &g_recs[i];
@@ -248,6 +252,7 @@ static void tr_report(FILE *f) {
         int has_prev = !new_stream;
         uint64_t p_end = prev_end;
         prev_end = new_stream || r->end > prev_end ? r->end : prev_end;
+        const uint64_t incr = has_prev && r->end > p_end ? r->end - p_end : 0;
         if (r->start < from) { /* warm-up: still the predecessor of the next kernel */
             skipped++;
             continue;
@@ -266,6 +271,11 @@ static void tr_report(FILE *f) {
         busy += d;
         if (r->start < span_lo) span_lo = r->start;
         if (r->end > span_hi) span_hi = r->end;
+        if (has_prev && incr < TR_GAP_LIMIT_NS) {
+            s->incr_sum += incr;
+            s->incr_n++;
+            incr_sum += incr;
+        }
         if (has_prev) {
             if (r->start < p_end) { /* overlaps its predecessor (concurrent graph branches): gap 0 */
                 overlaps++;
@@ -287,8 +297,8 @@ static void tr_report(FILE *f) {
     fprintf(f, "\n## " TR_TAG ": %s (pid %ld, CUPTI %u)\n\n", n_exe ? exe : "?", (long)getpid(),
             (unsigned)g_cupti_version);
     if (skip_ns) fprintf(f, "Warm-up skipped: kernels starting in the first %llu ns.\n\n", (unsigned long long)skip_ns);
-    fprintf(f, "| # | share %% | count | total ms | mean us | min us | max us | gap us | graph %% | kernel |\n");
-    fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|\n");
+    fprintf(f, "| # | share %% | count | total ms | mean us | min us | max us | gap us | end incr us | graph %% | kernel |\n");
+    fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|\n");
     size_t rank = 0;
     for (size_t i = 0; i < g_n_names; i++) {
         const tr_stat *s = &st[i];
@@ -296,10 +306,13 @@ static void tr_report(FILE *f) {
         char gap[32];
         if (s->gap_n) snprintf(gap, sizeof gap, "%.2f", (double)s->gap_sum / (double)s->gap_n / 1e3);
         else snprintf(gap, sizeof gap, "-");
-        fprintf(f, "| %zu | %.2f | %llu | %.3f | %.2f | %.2f | %.2f | %s | %.0f | %s |\n", ++rank,
+        char inc[32];
+        if (s->incr_n) snprintf(inc, sizeof inc, "%.2f", (double)s->incr_sum / (double)s->incr_n / 1e3);
+        else snprintf(inc, sizeof inc, "-");
+        fprintf(f, "| %zu | %.2f | %llu | %.3f | %.2f | %.2f | %.2f | %s | %s | %.0f | %s |\n", ++rank,
                 busy ? 100.0 * (double)s->total / (double)busy : 0.0, (unsigned long long)s->count,
                 (double)s->total / 1e6, (double)s->total / (double)s->count / 1e3, (double)s->min / 1e3,
-                (double)s->max / 1e3, gap, 100.0 * (double)s->graph_count / (double)s->count, g_names[s->id].name);
+                (double)s->max / 1e3, gap, inc, 100.0 * (double)s->graph_count / (double)s->count, g_names[s->id].name);
     }
     free(st);
 
@@ -311,6 +324,7 @@ static void tr_report(FILE *f) {
     fprintf(f, "| streams | %llu |\n", (unsigned long long)streams);
     fprintf(f, "| kernel time ms (sum of durations) | %.3f |\n", (double)busy / 1e6);
     fprintf(f, "| gap time ms (sum of gaps < 1 ms) | %.3f |\n", (double)gap_sum / 1e6);
+    fprintf(f, "| critical path ms (sum of end increments < 1 ms) | %.3f |\n", (double)incr_sum / 1e6);
     fprintf(f, "| mean gap us | %.2f |\n", gap_n ? (double)gap_sum / (double)gap_n / 1e3 : 0.0);
     fprintf(f, "| gaps >= 1 ms (not counted) | %llu |\n", (unsigned long long)long_gaps);
     fprintf(f, "| kernels overlapping their predecessor (gap 0) | %llu |\n", (unsigned long long)overlaps);
