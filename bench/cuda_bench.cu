@@ -237,7 +237,10 @@ int main(int argc, char **argv) {
         CU(cudaMemcpy(dp, &c.pos, 4, cudaMemcpyHostToDevice)); CU(cudaMemcpy(ds_, &zero, 4, cudaMemcpyHostToDevice));
         const int keys = c.window ? c.window : c.pos + 1;
         const size_t sb = gm_cuda_attention_scratch_bytes(1, c.nh, c.nkv, c.D, keys, 1);
-        if (sb) CU(cudaMalloc(&scr, sb));
+        if (sb) {
+            CU(cudaMalloc(&scr, sb));
+            CU(cudaMemset(scr, 0, sb)); /* block counters at its front start at zero */
+        }
         const gm_cuda_kv kv = {1, n_slots, c.window ? 1 : 0, c.nkv, c.D, kc, vc};
         const gm_cuda_attn a = {&kv, 1, dp, ds_, c.nh, c.window, keys, 1, q, o};
         const int reps = 50;

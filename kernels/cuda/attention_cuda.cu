@@ -2,9 +2,11 @@
  * into a layer's cache (f16 or f32, ring slots for sliding layers) and split-K ("flash decoding") attention
  * with GQA: one block per (split of the visible keys, KV head, tile of batch tokens) attends the G query heads of
  * that KV head for every token of the tile (16 / G consecutive tokens of one sequence when the batch is long
- * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; a second kernel
- * merges the splits. Also the attention op's preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to
- * others: cache allocation and which layer reads which cache (src/kv, src/model).
+ * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; the last block of
+ * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
+ * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Also the attention op's
+ * preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to others: cache allocation and which layer reads
+ * which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:
  * 2 · 4096 · 2 · 512 · 2 B = 16.8 MB -> 3.6 us at 4.6 TB/s; FLOPs 4 · 8 · 4096 · 512 = 67 MFLOP (noise).
@@ -17,6 +19,7 @@
  * one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
 
+#include "act_quant_cuda.cuh"
 #include "common_cuda.cuh"
 
 enum { ATT_THREADS = 128 };
@@ -195,7 +198,12 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
  * decode) keeps a key row to one round trip per thread; TPK = 1 (tiles: prefill) needs no shuffles.
  * Softmax: warp w updates rows w, w + 4, ... Values: thread t owns output dims t·DPT .. +DPT-1 of every row.
  * Cost per key and block: 2·R·D FMAs against 2·D·sizeof(KV) bytes, so a tile of TQ tokens reads K/V once for
- * TQ tokens (16 query rows: ~8 FMA per byte at f16, compute-bound on the FMA pipes). */
+ * TQ tokens (16 query rows: ~8 FMA per byte at f16, compute-bound on the FMA pipes).
+ * Splits (n_splits > 1): each block stores its rows' partials (acc, m, l) in the scratch and counts itself on its
+ * (tile, kvh) group's counter; the group's last block merges the n_splits partials (merge_splits) and writes the
+ * output, then sets the counter back to 0 (the scratch's counters are zero between launches: graph replays).
+ * The block that writes a row's final values (n_splits = 1: every block; else the last) also quantizes them when
+ * asked (quant_out), from a copy in shared memory. */
 template <int R>
 __device__ __forceinline__ void load_p_row(const float *p, float out[R]) {
     if constexpr (R % 4 == 0) {
@@ -210,12 +218,143 @@ __device__ __forceinline__ void load_p_row(const float *p, float out[R]) {
     }
 }
 
+/* VW consecutive floats at p (VW·4-byte aligned) through L2 (ld.global.cg): partials other blocks of the same
+ * launch wrote. Never the L1 / non-coherent path: another group's last block on this SM may have pulled the line
+ * into L1 before they were written. */
+template <int VW>
+__device__ __forceinline__ void ld_cg(const float *p, float *out) {
+    if constexpr (VW == 4) {
+        const float4 f = __ldcg((const float4 *)p);
+        out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
+    } else if constexpr (VW == 2) {
+        const float2 f = __ldcg((const float2 *)p);
+        out[0] = f.x, out[1] = f.y;
+    } else {
+        out[0] = __ldcg(p);
+    }
+}
+
+/* NU consecutive splits j .. j + NU - 1 of a 32-split chunk into one lane's merge sums (merge_splits): their
+ * partials (this lane's DPL dims of each, in pieces of VW every 32·VW floats, split j's at p) all loaded first,
+ * then added in split order with the weights and l of lanes j, j + 1, ... (wl -1: split skipped). */
+template <int NU, int DPL, int VW, int D>
+__device__ __forceinline__ void merge_step(const float *p, int j, float wl, float ll, float &L, float (&v)[DPL]) {
+    float a[NU][DPL];
+#pragma unroll
+    for (int u = 0; u < NU; u++)
+#pragma unroll
+        for (int k = 0; k < DPL / VW; k++) ld_cg<VW>(p + u * D + 32 * VW * k, &a[u][VW * k]);
+#pragma unroll
+    for (int u = 0; u < NU; u++) {
+        const float w = __shfl_sync(0xffffffffu, wl, j + u), l = __shfl_sync(0xffffffffu, ll, j + u);
+        if (w >= 0.0f) {
+            L = fmaf(w, l, L);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) v[i] = fmaf(w, a[u][i], v[i]);
+        }
+    }
+}
+
+/* The last block of a group merges the n_splits partials of its R rows (r < n_rows in the batch): row r is head
+ * row hr0 + (r / G)·n_head + r % G (token · n_head + head), its split s's (m, l) at part_ml[row · n_splits + s] and
+ * acc at that index times D. Splits are added in order s = 0, 1, ...: M = max_s m_s, w_s = e^(m_s - M),
+ * L = Σ_{l_s > 0} w_s·l_s, out = (Σ_{l_s > 0} w_s·acc_s) · (1 / L) (0 when L = 0); written to out[row] and, when
+ * stage is not NULL, to stage[r][D]. Warps take rows (R < 4: 4 / R warps per row, each a slice of its dims), lane
+ * l the VW-float pieces l, l + 32, ... of its slice (coalesced), each warp with its own M, weights (lane j: split
+ * s0 + j of each 32) and L (the same operations in every lane, so the same values); U splits' partials in flight
+ * per lane (16 floats or more). No shared memory, no barrier. Every thread calls it. */
+template <int R, int G, int D>
+__device__ __forceinline__ void merge_splits(const float *part_acc, const float2 *part_ml, int n_splits, int n_head,
+                                             size_t hr0, int n_rows, float *__restrict__ out, float *stage) {
+    constexpr int NW = ATT_THREADS / 32;
+    constexpr int WPR = R >= NW ? 1 : NW / R;     /* warps per row */
+    constexpr int DPL = D / (32 * WPR);           /* dims per lane */
+    constexpr int VW = DPL >= 4 ? 4 : DPL;
+    constexpr int U = DPL >= 16 ? 1 : 16 / DPL;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int dl = (warp % WPR) * (D / WPR) + VW * lane; /* the lane's first dim; then every 32·VW */
+    for (int r = warp / WPR; r < n_rows; r += NW / WPR) {
+        const size_t row = hr0 + (size_t)(r / G) * n_head + r % G;
+        const float2 *ml = part_ml + row * n_splits;
+        const float *pa = part_acc + row * n_splits * D + dl;
+        float M = -INFINITY;
+        for (int s = lane; s < n_splits; s += 32) M = fmaxf(M, __ldcg(ml + s).x);
+        M = gmc_warp_max(M);
+        float L = 0.0f, v[DPL];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) v[i] = 0.0f;
+        for (int s0 = 0; s0 < n_splits; s0 += 32) {
+            const float2 m = s0 + lane < n_splits ? __ldcg(ml + s0 + lane) : make_float2(-INFINITY, 0.0f);
+            const float wl = m.y > 0.0f ? expf(m.x - M) : -1.0f; /* -1: no keys, skipped */
+            const int nj = min(32, n_splits - s0); /* the same for the whole warp: the shuffles stay converged */
+            int j = 0;
+            for (; j + U <= nj; j += U) merge_step<U, DPL, VW, D>(pa + (size_t)(s0 + j) * D, j, wl, m.y, L, v);
+            for (; j < nj; j++) merge_step<1, DPL, VW, D>(pa + (size_t)(s0 + j) * D, j, wl, m.y, L, v);
+        }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = dl + 32 * VW * (i / VW) + i % VW;
+            const float y = v[i] * inv;
+            out[row * D + d] = y;
+            if (stage) stage[(size_t)r * D + d] = y;
+        }
+    }
+}
+
+/* The final output of n_tok tokens of a block, staged in shared memory at x (token i's G·D values at x + i·G·D:
+ * heads kvh·G .. kvh·G + G - 1, consecutive as in out), quantized into the gm_cuda_quantize_act layout (oq
+ * [n_tokens][K] int8, od [n_tokens][K / QK] f32 scales, K = n_head·D) with the same quantizer arithmetic
+ * (act_quant_cuda.cuh), so the bytes are gm_cuda_quantize_act's on out. One warp per block: q8_0 lane l value l
+ * (amax one warp max, then q8_0_inv_scale / q8_0_scale as quant_q8_0_block; as act_prep_reg_kernel in
+ * matmul_cuda.cu), q8_K (only when G·D is a multiple of 256: a block then lies in this block's heads)
+ * quant_q8_K_block_warp. Every thread calls it. */
+template <int D, int G>
+__device__ __forceinline__ void quant_out(const float *x, int n_tok, int t0, int kvh, size_t K, int qt,
+                                          int8_t *__restrict__ oq, float *__restrict__ od) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (qt == GMC_Q8_0) {
+        constexpr int NB = G * D / 32;
+        for (int b = warp; b < n_tok * NB; b += ATT_THREADS / 32) {
+            const int i = b / NB, bb = b % NB;
+            const float v = x[(size_t)i * G * D + 32 * bb + lane];
+            const float amax = gmc_warp_max(fabsf(v));
+            const size_t t = (size_t)(t0 + i);
+            oq[t * K + (size_t)kvh * G * D + 32 * bb + lane] = (int8_t)__float2int_rn(__fmul_rn(v, q8_0_inv_scale(amax)));
+            if (lane == 0) od[t * (K / 32) + (size_t)kvh * NB + bb] = q8_0_scale(amax);
+        }
+    } else if constexpr (G * D % 256 == 0) {
+        constexpr int NB = G * D / 256;
+        for (int b = warp; b < n_tok * NB; b += ATT_THREADS / 32) {
+            const int i = b / NB, bb = b % NB;
+            const float4 *src = (const float4 *)(x + (size_t)i * G * D + 256 * bb + 8 * lane);
+            const float4 f0 = src[0], f1 = src[1];
+            const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+            const size_t t = (size_t)(t0 + i);
+            quant_q8_K_block_warp(v, lane, oq + t * K + (size_t)kvh * G * D + 256 * bb,
+                                  od + t * (K / 256) + (size_t)kvh * NB + bb);
+        }
+    }
+}
+
+/* Where the split kernel puts its results: the f32 output; when n_splits > 1 the partials and the group
+ * counters in the scratch (gm_cuda_attention_scratch_bytes's layout), else NULL; qt (0: none, GMC_Q8_0,
+ * GMC_Q8_K) with oq / od: the quantized output. */
+struct AttnOut {
+    float *out;
+    float *pacc;
+    float2 *pml;
+    unsigned int *cnt;
+    int qt;
+    int8_t *oq;
+    float *od;
+};
+
 template <typename KV, int D, int G, int TQ, int TPK>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const KV *__restrict__ kc, const KV *__restrict__ vc, int n_slots, int ring, int n_head_kv,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
-    int n_splits, const float *__restrict__ q, float *__restrict__ out, float *__restrict__ part_acc,
-    float2 *__restrict__ part_ml) {
+    int n_splits, const float *__restrict__ q, const AttnOut res) {
     gmc_pdl_wait();
     constexpr int R = TQ * G;
     constexpr int CHUNK = ATT_THREADS / TPK;
@@ -228,6 +367,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     __shared__ __align__(16) float q_s[R][D];
     __shared__ __align__(16) float p_s[CHUNK][PS];
     __shared__ float m_s[R], l_s[R], a_s[R];
+    __shared__ bool last; /* this block is its group's last to finish */
 
     const int split = blockIdx.x, kvh = blockIdx.y, t0 = blockIdx.z * TQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -340,48 +480,48 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
         __syncthreads();
     }
 
+    const int n_rows = min(R, (n_tokens - t0) * G); /* rows of tokens inside the batch: rows are in token order */
+    const size_t hr0 = (size_t)t0 * n_head + (size_t)kvh * G; /* row 0's head row (token · n_head + head) */
     const int d0 = threadIdx.x * DPT;
+    if (n_splits == 1) {
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int t = t0 + r / G, h = kvh * G + r % G;
-        if (t >= n_tokens) break; /* rows are in token order */
-        if (n_splits == 1) {
+        for (int r = 0; r < R; r++) {
+            if (r >= n_rows) break;
             const float l = l_s[r];
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            float *o = out + ((size_t)t * n_head + h) * D + d0;
+            float *dst = res.out + (hr0 + (size_t)(r / G) * n_head + r % G) * D + d0;
 #pragma unroll
-            for (int e = 0; e < DPT; e++) o[e] = acc[r][e] * inv;
-        } else {
-            const size_t idx = ((size_t)t * n_head + h) * n_splits + split;
-            float *o = part_acc + idx * D + d0;
+            for (int e = 0; e < DPT; e++) {
+                const float y = acc[r][e] * inv;
+                dst[e] = y;
+                if (res.qt) q_s[r][d0 + e] = y; /* q_s is free since the last chunk */
+            }
+        }
+    } else {
 #pragma unroll
-            for (int e = 0; e < DPT; e++) o[e] = acc[r][e];
-            if (threadIdx.x == 0) part_ml[idx] = make_float2(m_s[r], l_s[r]);
+        for (int r = 0; r < R; r++) {
+            if (r >= n_rows) break;
+            const size_t idx = (hr0 + (size_t)(r / G) * n_head + r % G) * n_splits + split;
+            float *pa = res.pacc + idx * D + d0;
+#pragma unroll
+            for (int e = 0; e < DPT; e++) pa[e] = acc[r][e];
+            if (threadIdx.x == 0) res.pml[idx] = make_float2(m_s[r], l_s[r]);
         }
-    }
-}
-
-/* Merge: out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s. Block per (head, token). */
-__global__ void attn_combine_kernel(const float *__restrict__ part_acc, const float2 *__restrict__ part_ml,
-                                    int n_splits, int n_head, int D, float *__restrict__ out) {
-    gmc_pdl_wait();
-    const int h = blockIdx.x, t = blockIdx.y;
-    const size_t base = ((size_t)t * n_head + h) * n_splits;
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++) M = fmaxf(M, part_ml[base + s].x);
-    float L = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float2 ml = part_ml[base + s];
-        if (ml.y > 0.0f) L += expf(ml.x - M) * ml.y;
-    }
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float2 ml = part_ml[base + s];
-            if (ml.y > 0.0f) v = fmaf(expf(ml.x - M), part_acc[(base + s) * D + d], v);
+        __threadfence(); /* the partials visible device-wide before this block counts itself */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned int *c = res.cnt + (size_t)blockIdx.z * gridDim.y + kvh;
+            last = atomicAdd(c, 1u) == (unsigned int)n_splits - 1;
+            if (last) *c = 0u; /* the whole group has counted: zero again for the next launch */
         }
-        out[((size_t)t * n_head + h) * D + d] = v * inv;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        merge_splits<R, G, D>(res.pacc, res.pml, n_splits, n_head, hr0, n_rows, res.out, res.qt ? &q_s[0][0] : NULL);
+    }
+    if (res.qt) {
+        __syncthreads();
+        quant_out<D, G>(&q_s[0][0], n_rows / G, t0, kvh, (size_t)n_head * D, res.qt, res.oq, res.od);
     }
 }
 
@@ -408,10 +548,10 @@ static int tile_for(int32_t n_tokens, int G) { return n_tokens >= 8 && G < 16 ? 
  * enough loads in flight to hide the latency of K/V reads. Measured on E4B Q4_0 at depth 1024 (H200, 2026-12-01):
  * 2 / 4 / 8 / 16 gave 5.16k / 5.57k / 5.68k / 5.67k tokens/s at 64 sequences, 9.8k / 11.2k / 10.8k / 11.1k at
  * 256; pp512 and single-sequence decoding did not move (their splits are set by the keys, not the fill). */
-enum { ATTN_FILL_DEFAULT = 16 };
+enum { ATTN_FILL_DEFAULT = 16, ATTN_FILL_MAX = 64 };
 static int g_attn_fill = ATTN_FILL_DEFAULT;
 extern "C" void gm_cuda_set_attn_fill(int blocks_per_sm) {
-    g_attn_fill = blocks_per_sm >= 1 && blocks_per_sm <= 64 ? blocks_per_sm : ATTN_FILL_DEFAULT;
+    g_attn_fill = blocks_per_sm >= 1 && blocks_per_sm <= ATTN_FILL_MAX ? blocks_per_sm : ATTN_FILL_DEFAULT;
 }
 
 /* Keys per block at least: one chunk (TPK = 4: 32 keys, tiles: 128). Splits: enough blocks to give every SM
@@ -446,52 +586,61 @@ extern "C" void gm_cuda_attention_plan(int32_t n_tokens, const int32_t *pos, con
     *tile_tokens = tq, *max_keys = mk;
 }
 
+/* The scratch (n_splits > 1): first the group counters, ATTN_FILL_MAX · sm_count() words, then part_acc
+ * [n_tokens][n_head][n_splits][D] f32, then part_ml [n_tokens][n_head][n_splits] (m, l). A launch with splits has
+ * fewer groups (tiles x KV heads) than g_attn_fill · sm_count() (n_splits_for), so the counters fit; their place
+ * and size do not depend on the call, so calls of other shapes sharing one scratch (sliding and global layers,
+ * prefill and decode) never write partials over them and they stay zero between launches. */
+static size_t counter_bytes(void) { return ((size_t)ATTN_FILL_MAX * sm_count() * sizeof(unsigned int) + 15) & ~(size_t)15; }
+static size_t partial_bytes(int32_t n_tokens, int32_t n_head, int n_splits, int32_t D) {
+    return (size_t)n_tokens * n_head * n_splits * ((size_t)D * sizeof(float) + sizeof(float2));
+}
+
 extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t n_head_kv,
                                                   int32_t head_dim, int32_t max_keys, int32_t tile_tokens) {
     if (n_head_kv <= 0 || n_head % n_head_kv || !split_shape(head_dim, n_head / n_head_kv)) return 0;
     const int s = n_splits_for(n_tokens, n_head_kv, max_keys, tile_tokens > 1 ? tile_tokens : 1);
     if (s <= 1) return 0;
-    return (size_t)n_tokens * n_head * s * ((size_t)head_dim * sizeof(float) + sizeof(float2));
+    return counter_bytes() + partial_bytes(n_tokens, n_head, s, head_dim);
 }
 
 template <typename KV, int D, int G, int TQ, int TPK>
-static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, float *pacc, float2 *pml, cudaStream_t st) {
+static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnOut &o, cudaStream_t st) {
     const gm_cuda_kv *kv = a->kv;
     const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)((a->n_tokens + TQ - 1) / TQ));
     gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK>, grid, ATT_THREADS, 0, st, (const KV *)kv->k, (const KV *)kv->v,
                kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head, a->window, ks, n_splits,
-               a->q, a->out, pacc, pml);
+               a->q, o);
 }
 
 /* G query heads per KV head: one token per block (four threads per key), or tiles of 16 / G tokens (G < 16). */
 template <typename KV, int D, int G>
-static void launch_attn_t(const gm_cuda_attn *a, int tq, int n_splits, int ks, float *pacc, float2 *pml,
-                          cudaStream_t st) {
+static void launch_attn_t(const gm_cuda_attn *a, int tq, int n_splits, int ks, const AttnOut &o, cudaStream_t st) {
     if constexpr (G < 16)
-        if (tq > 1) return launch_attn<KV, D, G, 16 / G, 1>(a, n_splits, ks, pacc, pml, st);
-    launch_attn<KV, D, G, 1, 4>(a, n_splits, ks, pacc, pml, st);
+        if (tq > 1) return launch_attn<KV, D, G, 16 / G, 1>(a, n_splits, ks, o, st);
+    launch_attn<KV, D, G, 1, 4>(a, n_splits, ks, o, st);
 }
 
 template <typename KV, int D>
-static int launch_attn_g(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, float *pacc, float2 *pml,
+static int launch_attn_g(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, const AttnOut &o,
                          cudaStream_t st) {
     switch (G) {
-    case 1: launch_attn_t<KV, D, 1>(a, tq, n_splits, ks, pacc, pml, st); return 0;
-    case 2: launch_attn_t<KV, D, 2>(a, tq, n_splits, ks, pacc, pml, st); return 0;
-    case 4: launch_attn_t<KV, D, 4>(a, tq, n_splits, ks, pacc, pml, st); return 0;
-    case 8: launch_attn_t<KV, D, 8>(a, tq, n_splits, ks, pacc, pml, st); return 0;
-    case 16: launch_attn_t<KV, D, 16>(a, tq, n_splits, ks, pacc, pml, st); return 0;
+    case 1: launch_attn_t<KV, D, 1>(a, tq, n_splits, ks, o, st); return 0;
+    case 2: launch_attn_t<KV, D, 2>(a, tq, n_splits, ks, o, st); return 0;
+    case 4: launch_attn_t<KV, D, 4>(a, tq, n_splits, ks, o, st); return 0;
+    case 8: launch_attn_t<KV, D, 8>(a, tq, n_splits, ks, o, st); return 0;
+    case 16: launch_attn_t<KV, D, 16>(a, tq, n_splits, ks, o, st); return 0;
     }
     return -1;
 }
 
 template <typename KV>
-static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, float *pacc, float2 *pml,
+static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, const AttnOut &o,
                          cudaStream_t st) {
     switch (a->kv->head_dim) {
-    case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, pacc, pml, st);
-    case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, pacc, pml, st);
-    case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, pacc, pml, st);
+    case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, o, st);
+    case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, o, st);
+    case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, o, st);
     }
     return -1;
 }
@@ -580,38 +729,48 @@ static int launch_attn_warp(const gm_cuda_attn *a, cudaStream_t st) {
     return 0;
 }
 
+/* The attention, then the quantized output (a->out_act_type) where the kernel does not write it: the one-warp
+ * kernel, and q8_K when a block of 256 spans the heads of two KV heads (D = 128, G = 1). */
 extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
     if (!a || !a->kv || !a->q || !a->out || !a->pos || !a->seq || a->n_tokens < 0 || a->kv->n_head_kv <= 0 ||
         a->n_head % a->kv->n_head_kv != 0 || a->max_keys <= 0 || a->window < 0)
         return gmc_fail(-1, "attention: bad arguments");
     if (a->kv->type != GMC_F16 && a->kv->type != GMC_F32) return gmc_fail(-1, "attention: KV type %d", a->kv->type);
+    const int qt = a->out_act_type;
+    const int64_t K = (int64_t)a->n_head * a->kv->head_dim; /* output values per token */
+    if (qt && ((qt != GMC_Q8_0 && qt != GMC_Q8_K) || !a->out_q || K % (qt == GMC_Q8_K ? GMC_QK_K : GMC_QK)))
+        return gmc_fail(-1, "attention: quantized output of type %d for %lld values per token", qt, (long long)K);
     if (a->n_tokens == 0) return 0;
     const int G = a->n_head / a->kv->n_head_kv;
     const int D = a->kv->head_dim;
     if (!split_shape(D, G)) {
         const int rc = a->kv->type == GMC_F16 ? launch_attn_warp<__half>(a, stream) : launch_attn_warp<float>(a, stream);
         if (rc) return gmc_fail(-1, "attention: head_dim %d is over 1024", D);
-        return gmc_check_launch("attention (one warp per head)");
+        const int e = gmc_check_launch("attention (one warp per head)");
+        return e || !qt ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);
     }
     const int tq = a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
     if (a->tile_tokens > 1 && a->tile_tokens != tq)
         return gmc_fail(-1, "attention: tiles of %d tokens planned, %d built", a->tile_tokens, tq);
     const int n_splits = n_splits_for(a->n_tokens, a->kv->n_head_kv, a->max_keys, tq);
     const int ks = (a->max_keys + n_splits - 1) / n_splits;
-    float *pacc = NULL;
-    float2 *pml = NULL;
-    if (n_splits > 1) {
-        const size_t need = (size_t)a->n_tokens * a->n_head * n_splits * ((size_t)a->kv->head_dim * sizeof(float) + sizeof(float2));
-        if (!scratch || scratch_bytes < need) return gmc_fail(-1, "attention: scratch of %zu bytes, %zu needed", scratch_bytes, need);
-        pacc = (float *)scratch;
-        pml = (float2 *)(pacc + (size_t)a->n_tokens * a->n_head * n_splits * a->kv->head_dim);
+    const bool q_in_kernel = qt == GMC_Q8_0 || (qt == GMC_Q8_K && G * D % GMC_QK_K == 0);
+    AttnOut o = {};
+    o.out = a->out;
+    if (q_in_kernel) {
+        o.qt = qt, o.oq = (int8_t *)a->out_q;
+        o.od = (float *)((uint8_t *)a->out_q + (((size_t)a->n_tokens * K + 15) & ~(size_t)15));
     }
-    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, pacc, pml, stream)
-                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, pacc, pml, stream);
-    if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", a->kv->head_dim, G);
-    int e = gmc_check_launch("attention");
-    if (e || n_splits == 1) return e;
-    gmc_launch(attn_combine_kernel, dim3((unsigned)a->n_head, (unsigned)a->n_tokens), 128, 0, stream, 
-        pacc, pml, n_splits, a->n_head, a->kv->head_dim, a->out);
-    return gmc_check_launch("attention combine");
+    if (n_splits > 1) {
+        const size_t need = counter_bytes() + partial_bytes(a->n_tokens, a->n_head, n_splits, D);
+        if (!scratch || scratch_bytes < need) return gmc_fail(-1, "attention: scratch of %zu bytes, %zu needed", scratch_bytes, need);
+        o.cnt = (unsigned int *)scratch;
+        o.pacc = (float *)((uint8_t *)scratch + counter_bytes());
+        o.pml = (float2 *)(o.pacc + (size_t)a->n_tokens * a->n_head * n_splits * D);
+    }
+    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, stream)
+                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, o, stream);
+    if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", D, G);
+    const int e = gmc_check_launch("attention");
+    return e || !qt || q_in_kernel ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);
 }

@@ -41,6 +41,19 @@ typedef struct cuda_backend {
     uint64_t weight_bytes;     /* device bytes of weights */
     void *mm, *attn, *moe;     /* scratch: quantized activations, attention splits, experts */
     size_t mm_bytes, attn_bytes, moe_bytes;
+    void *mm2;                 /* a matmul's quantized input when mm is the held product's (see "lookahead") */
+    size_t mm2_bytes;
+    unsigned *counters;        /* zeroed once; kernels that count their blocks leave them zero (gm_cuda_next) */
+    struct pend {              /* the op held back until the next op (see "lookahead") */
+        int kind;              /* PEND_NONE, PEND_MATMUL (m, act, n, what) or PEND_ATTN (at, kv) */
+        gm_cuda_multi m;
+        const void *act;
+        int32_t n;
+        const char *what;
+        gm_cuda_attn at;       /* at.kv points at kv when launched */
+        gm_cuda_kv kv;
+    } pend;
+    int lookahead;             /* ops held back (see "lookahead"): 0 none, 1 products, 2 products and attention */
     void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
     size_t top_bytes;
     void *proj;                /* scratch of project: its normalised / quantized input (+ a GeGLU's up half) */
@@ -431,9 +444,53 @@ static void prof_print(struct prof *p) {
     }
 }
 
+/* ---- lookahead ----
+ * An op whose output the next op only quantizes (a matmul's input: the down projection after the GeGLU, the
+ * PLE projection after its gate, the output projection after attention) can quantize it in its own blocks
+ * (gm_cuda_next, gm_cuda_attn.out_q) and save that op a launch and its dependent-launch latency. So a product
+ * that goes through gm_cuda_matmul_multi, and the attention kernel, are held back (c->pend) until the next op: a
+ * matmul of the held op's output takes it with the quantization added (cuda_matmul); every other op, a read, the
+ * end of a batch and any free launch it as it was first (pend_flush: GRAPH_OP does it for every op but matmul),
+ * so the stream's order is the ops' order. A held op's buffers are never grown or reused before it is launched
+ * (a matmul quantizes into the one of mm / mm2 the held product does not read; only attention grows its
+ * scratch, and it flushes first). GEMMAC_CUDA_LOOKAHEAD picks what is held: 0 nothing (the default), 1 products,
+ * 2 products and attention. Off by default because it measured slower (H200, E4B q4_0 tg128: 0 / 1 / 2 = 299 /
+ * 293 / 289 t/s, BENCHMARKS.md fifth session): each saved quantize launch costs ~3.6 us of the step, but the
+ * quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and ~7 us to
+ * each attention launch. */
+enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, LOOKAHEAD_DEFAULT = 0 };
+
+static void pend_flush(cuda_backend *c) {
+    const int kind = c->pend.kind;
+    if (kind == PEND_NONE) return;
+    c->pend.kind = PEND_NONE;
+    if (c->failed) return;
+    if (kind == PEND_ATTN) {
+        c->pend.at.kv = &c->pend.kv;
+        k_ok(c, gm_cuda_attention(&c->pend.at, c->attn, c->attn_bytes, c->stream), "attention");
+    } else {
+        k_ok(c, gm_cuda_matmul_multi(&c->pend.m, c->pend.act, c->pend.n, c->stream), c->pend.what);
+    }
+}
+
+static void pend_hold(cuda_backend *c, const gm_cuda_multi *m, const void *act, int32_t n, const char *what) {
+    pend_flush(c);
+    if (c->failed) return;
+    c->pend = (struct pend){.kind = PEND_MATMUL, .m = *m, .act = act, .n = n, .what = what};
+    if (c->prof || c->lookahead < 1) pend_flush(c); /* the profile times each op by its own launches */
+}
+
+static void pend_hold_attention(cuda_backend *c, const gm_cuda_attn *at) {
+    pend_flush(c);
+    if (c->failed) return;
+    c->pend = (struct pend){.kind = PEND_ATTN, .at = *at, .kv = *at->kv};
+    if (c->prof || c->lookahead < 2) pend_flush(c);
+}
+
 #define GRAPH_OP(c, ...)                                                                                     \
     do {                                                                                                     \
         const uint64_t gv_[] = {__VA_ARGS__};                                                                \
+        if (gv_[0] != 3) pend_flush(c);                                                                      \
         if (graph_skip((c), gv_, sizeof gv_ / sizeof gv_[0])) return;                                        \
         if ((c)->prof && gv_[0] != 3 && gv_[0] != 19) prof_mark((c), gv_[0], NULL, 0);                      \
     } while (0)
@@ -609,6 +666,7 @@ static gemmac_status cuda_begin_batch(gm_backend *b, const gm_batch_ints *bi, gm
 
 static gemmac_status cuda_end_batch(gm_backend *b, gm_error *err) {
     cuda_backend *c = cb(b);
+    pend_flush(c);
     graph_finish(c);
     prof_collect(c);
     if (c->failed) return gm_fail(err, c->fail_status, "%s", c->msg);
@@ -623,6 +681,7 @@ static float *cuda_alloc(gm_backend *b, int64_t n) {
     return p;
 }
 static void cuda_release(gm_backend *b, float *buf) {
+    pend_flush(cb(b));
     cb(b)->gen++;
     if (buf) cudaFree(buf);
 }
@@ -638,6 +697,7 @@ static void *cuda_alloc_bytes(gm_backend *b, size_t n) {
     return p;
 }
 static void cuda_free_bytes(gm_backend *b, void *p) {
+    pend_flush(cb(b));
     cb(b)->gen++;
     if (p) cudaFree(p);
 }
@@ -656,6 +716,7 @@ static void cuda_host_free(gm_backend *b, void *p) {
 
 static void cuda_copy_bytes(gm_backend *b, void *dst, const void *src, size_t n) {
     cuda_backend *c = cb(b);
+    pend_flush(c);
     graph_abort(c);
     if (!c->failed && n)
         cu_ok(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream), "copying a KV cache");
@@ -692,6 +753,7 @@ static double cuda_copy_gbps(gm_backend *b) {
 /* The one synchronisation of a forward: the copy, then the stream (errors of earlier kernels surface here). */
 static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
     cuda_backend *c = cb(b);
+    pend_flush(c);
     if (c->gmode != G_EAGER) graph_finish(c); /* launches the forward's graph when there is one */
     if (c->failed) return;
     if (cu_ok(c, cudaMemcpyAsync(host, buf, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
@@ -762,23 +824,51 @@ static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *i
     return true;
 }
 
+/* The product goes through gm_cuda_matmul_multi and is held (see "lookahead"); its input, quantized for quantized
+ * weights, either by the held product before it (when that product's output is x) or by a launch here. */
 static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
     cuda_backend *c = cb(b);
     GRAPH_OP(c, 3, PB(w->data), IB(w->type), IB(w->ne[0]), IB(gm_tensor_rows(w)), PB(x), IB(n), PB(y));
     prof_mark(c, 3, w->name, tensor_bytes(w));
     gm_cuda_mat m;
-    if (c->failed || !wmat(c, w, &m)) return;
+    if (c->failed || !wmat(c, w, &m)) {
+        pend_flush(c);
+        return;
+    }
     gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
     const gm_cuda_act_in in = {.x = (float *)x, .K = m.ne0, .n = n, .res_scale = 1.0f}; /* read only: no update */
-    if (gemm_path(c, &one, &in, &w)) return;
-    const size_t need = gm_cuda_matmul_scratch_bytes(m.ne0, n);
-    if (need && !grow(c, &c->mm, &c->mm_bytes, need, "matmul scratch")) return;
-    const int rc = gm_cuda_matmul(&m, x, n, y, c->mm, c->mm_bytes, c->stream);
-    if (rc) {
-        char op[128];
-        snprintf(op, sizeof op, "matmul with %s", w->name ? w->name : "a weight");
-        k_ok(c, rc, op);
+    const int32_t act_type = gm_cuda_act_type(m.type);
+    if (gm_cuda_gemm_eligible(&one, n) || act_type < 0) {
+        pend_flush(c);
+        if (!gemm_path(c, &one, &in, &w)) pend_hold(c, &one, x, n, "matmul");
+        return;
     }
+    if (c->lookahead && !c->counters) {
+        graph_abort(c);
+        if (!cu_ok(c, cudaMalloc((void **)&c->counters, N_COUNTERS * sizeof(unsigned)), "block counters") ||
+            !cu_ok(c, cudaMemsetAsync(c->counters, 0, N_COUNTERS * sizeof(unsigned), c->stream), "block counters"))
+            return;
+    }
+    struct pend *h = &c->pend;
+    const bool use2 = h->kind == PEND_MATMUL && h->act == c->mm; /* the held product reads mm: quantize into mm2 */
+    void **buf = use2 ? &c->mm2 : &c->mm;
+    size_t *cap = use2 ? &c->mm2_bytes : &c->mm_bytes;
+    if (!grow(c, buf, cap, gm_cuda_matmul_scratch_bytes(m.ne0, n), "matmul scratch")) return;
+    bool fused = false;
+    if (h->kind == PEND_MATMUL && h->n == n && h->m.y[0] == x && h->m.w[0].ne1 == m.ne0 &&
+        (h->m.n_w == 1 || h->m.epi == GM_CUDA_EPI_GEGLU)) {
+        h->m.next = (gm_cuda_next){.kind = GM_CUDA_NEXT_QUANT, .act_type = act_type, .out = *buf,
+                                   .counters = c->counters, .n_counters = N_COUNTERS};
+        fused = true;
+    } else if (h->kind == PEND_ATTN && h->at.out == x && h->at.n_tokens == n &&
+               (int64_t)h->at.n_head * h->kv.head_dim == m.ne0 && (act_type != 15 || m.ne0 % 256 == 0)) {
+        h->at.out_act_type = act_type;
+        h->at.out_q = *buf;
+        fused = true;
+    }
+    pend_flush(c);
+    if (!fused && !k_ok(c, gm_cuda_quantize_act(x, m.ne0, n, act_type, *buf, c->stream), "matmul input")) return;
+    pend_hold(c, &one, *buf, n, w->name ? w->name : "matmul");
 }
 
 /* See gm_proj_args. The input is normalised and quantized once (one launch: q8 blocks for quantized weights,
@@ -835,7 +925,7 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
         act = c->proj;
     }
     if (same) {
-        k_ok(c, gm_cuda_matmul_multi(&m, act, p->n, c->stream), "project");
+        pend_hold(c, &m, act, p->n, "project");
         return;
     }
     float *up = up_bytes ? (float *)((uint8_t *)c->proj + up_off) : NULL;
@@ -895,6 +985,7 @@ static void cuda_softcap(gm_backend *b, float *z, int64_t n, float cap) {
 
 static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
     cuda_backend *c = cb(b);
+    pend_flush(c); /* before dev_ints: a held attention reads its position buffers */
     if (c->failed) return;
     const gm_kv_layer *l = &a->kv->layer[a->kv_layer];
     if (!l->owned || l->row != a->n_head_kv * a->head_dim) {
@@ -934,11 +1025,14 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
         return;
     }
     const size_t need = gm_cuda_attention_scratch_bytes(a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, max_keys, tile);
+    const size_t cap0 = c->attn_bytes; /* the scratch starts with block counters that must start at zero */
     if (need && !grow(c, &c->attn, &c->attn_bytes, need, "attention scratch")) return;
+    if (c->attn_bytes != cap0 && !cu_ok(c, cudaMemsetAsync(c->attn, 0, c->attn_bytes, c->stream), "attention scratch"))
+        return;
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
                              .window = a->window, .max_keys = max_keys, .tile_tokens = tile, .q = a->q,
                              .out = a->out};
-    k_ok(c, gm_cuda_attention(&at, c->attn, c->attn_bytes, c->stream), "attention");
+    pend_hold_attention(c, &at); /* launched by the next op, with the output quantized when that is a matmul of it */
 }
 
 static void cuda_scale(gm_backend *b, float *x, int64_t n, float s) {
@@ -1026,6 +1120,7 @@ static void cuda_free(gm_backend *b) {
     cuda_backend *c = cb(b);
     if (!c) return;
     cudaSetDevice(c->device);
+    pend_flush(c);
     if (c->gmode == G_CAPTURE) graph_abort(c);
     if (c->stream) cudaStreamSynchronize(c->stream);
     graph_drop_all(c);
@@ -1035,6 +1130,8 @@ static void cuda_free(gm_backend *b) {
     free(c->f16_bufs);
     free(c->wmap);
     if (c->mm) cudaFree(c->mm);
+    if (c->mm2) cudaFree(c->mm2);
+    if (c->counters) cudaFree(c->counters);
     if (c->prof) {
         prof_print(c->prof);
         for (int i = 0; i < PROF_EVENTS; i++) cudaEventDestroy(c->prof->ev[i]);
@@ -1112,6 +1209,10 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
     if (af && *af) gm_cuda_set_attn_fill(atoi(af));
+    const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */
+    if (pt && *pt) gm_cuda_set_prep_threads(atoi(pt));
+    const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */
+    c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
     const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */
     c->f16_mode = fw && fw[0] == '0' ? 0 : fw && fw[0] == '1' ? 1 : 2;
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||

@@ -23,6 +23,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "act_quant_cuda.cuh"
 #include "common_cuda.cuh"
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -35,33 +36,6 @@
  * (stored widened back to f32: the CPU keeps the f16), q = round-half-even(x · (127/amax)) (llama.cpp's x86
  * quantize_row_q8_0; 0 when amax = 0).
  * Bytes: 4·K·n in, 1.125·K·n out; negligible (10 KB at K = 2560, n = 1): launch bound (~2 us). */
-/* A q8_0 block's two scales from its amax, the only place both q8_0 quantizers below take them from: id
- * multiplies the values before rounding, d (f16-rounded, widened back) is stored. */
-__device__ __forceinline__ float q8_0_inv_scale(float amax) { return amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f; }
-__device__ __forceinline__ float q8_0_scale(float amax) { return __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f))); }
-
-__device__ __forceinline__ void quant_q8_0_block(const float v[32], int8_t *__restrict__ xq, float *__restrict__ xd) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
-    const float id = q8_0_inv_scale(amax);
-    uint32_t packed[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        uint32_t p = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int q = __float2int_rn(__fmul_rn(v[4 * i + j], id));
-            p |= (uint32_t)(q & 0xff) << (8 * j);
-        }
-        packed[i] = p;
-    }
-    int4 *dst = (int4 *)xq;
-    dst[0] = make_int4((int)packed[0], (int)packed[1], (int)packed[2], (int)packed[3]);
-    dst[1] = make_int4((int)packed[4], (int)packed[5], (int)packed[6], (int)packed[7]);
-    *xd = q8_0_scale(amax);
-}
-
 __global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
                                          float *__restrict__ xd) {
     gmc_pdl_wait();
@@ -81,37 +55,6 @@ __global__ void quantize_q8_0_act_kernel(const float *__restrict__ x, int64_t n_
  * value of largest |x| (the FIRST one on ties, as the reference's strict '>' scan), iscale = -127/max,
  * q = min(round-half-even(iscale · x), 127), d = 1/iscale; an all-zero block gets d = 0 and q = 0. The bsums
  * of the CPU block (sums of 16) are not stored: the dot kernels form the same integer sums with dp4a. */
-/* One q8_K block by one warp: lane holds values 8·lane .. 8·lane + 7 of the block. */
-__device__ __forceinline__ void quant_q8_K_block_warp(const float v[8], int lane, int8_t *__restrict__ xq,
-                                                      float *__restrict__ xd) {
-    float amax = 0.0f, mx = 0.0f;
-    int idx = 0x7fffffff; /* element index of mx within the block; none yet */
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (fabsf(v[i]) > amax) amax = fabsf(v[i]), mx = v[i], idx = 8 * lane + i;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > amax || (oa == amax && oi < idx)) amax = oa, mx = om, idx = oi;
-    }
-    uint32_t p0 = 0, p1 = 0;
-    float d = 0.0f;
-    if (amax != 0.0f) {
-        const float iscale = __fdiv_rn(-127.0f, mx);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = __float2int_rn(__fmul_rn(iscale, v[i]));
-            q = q < 127 ? q : 127;
-            if (i < 4) p0 |= (uint32_t)(q & 0xff) << (8 * i);
-            else p1 |= (uint32_t)(q & 0xff) << (8 * (i - 4));
-        }
-        d = __fdiv_rn(1.0f, iscale);
-    }
-    *(uint2 *)(xq + 8 * lane) = make_uint2(p0, p1);
-    if (lane == 0) *xd = d;
-}
-
 __global__ void quantize_q8_K_act_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
                                          float *__restrict__ xd) {
     gmc_pdl_wait();
@@ -206,8 +149,8 @@ __device__ __forceinline__ int f16_row_exponent(float amax) {
     return e;
 }
 
-template <int VPL>
-__global__ void __launch_bounds__(1024) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
+template <int VPL, int MAXT>
+__global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
                                                             float *__restrict__ xf, __half *__restrict__ xh) {
     __shared__ float part[32];
@@ -309,6 +252,11 @@ struct MvArgs {
     const int32_t *eid;
     uint64_t e_bytes;
     int x_div;
+    /* the next op's input quantized from y[0] (gm_cuda_next, kind GM_CUDA_NEXT_QUANT); q NULL: none */
+    int8_t *nq;
+    float *nd;
+    unsigned *ncount;
+    int n_act; /* GMC_Q8_0 or GMC_Q8_K */
 };
 
 /* A warp's rows: R row pointers, its segment s and first row row0 (per matrix); false when it has none.
@@ -368,6 +316,45 @@ __device__ __forceinline__ void mv_store(const MvArgs &a, int s, int64_t row0, i
         }
 }
 
+/* The next op's input quantized from this launch's output y[0] (one segment, or a GeGLU's), by the blocks
+ * themselves instead of a quantize launch after them: a group is the rows of one activation block (32 for q8_0,
+ * 256 for q8_K), written by QB / (4·RS) consecutive blocks; each block, once its rows are stored, counts itself
+ * into its group's counter (after a fence, so its stores are visible), and the block that completes the group
+ * resets the counter and quantizes the group's rows of every column (warp c: column c, c + 4, ...), exactly as
+ * quantize_q8_0_act_kernel / quantize_q8_K_act_kernel would (the same values through the same arithmetic).
+ * Every thread of every block must call it (it synchronises the block). */
+template <int R, int N, int EPI>
+__device__ __forceinline__ void mv_quant_next(const MvArgs &a) {
+    constexpr int RB = 4 * (EPI == EPI_GEGLU ? R / 2 : R); /* rows of y[0] per block */
+    __shared__ unsigned last;
+    const int qb = a.n_act == GMC_Q8_K ? 256 : 32;
+    const unsigned g = blockIdx.x * RB / qb;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&a.ncount[g], 1u) == (unsigned)(qb / RB) - 1;
+        if (last) a.ncount[g] = 0; /* every block of the group has counted: nobody reads it again this launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t K = a.M[0], nb = K / qb;
+    for (int c = warp; c < N; c += 4) {
+        const float *yr = a.y[0] + (size_t)c * a.ldy[0] + (size_t)g * qb;
+        if (qb == 32) {
+            const float v = __ldcg(yr + lane);
+            const float amax = gmc_warp_max(fabsf(v));
+            a.nq[c * K + (int64_t)g * 32 + lane] = (int8_t)__float2int_rn(__fmul_rn(v, q8_0_inv_scale(amax)));
+            if (lane == 0) a.nd[c * nb + g] = q8_0_scale(amax);
+        } else {
+            const float4 f0 = __ldcg((const float4 *)(yr + 8 * lane)), f1 = __ldcg((const float4 *)(yr + 8 * lane) + 1);
+            const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+            quant_q8_K_block_warp(v, lane, a.nq + c * K + (int64_t)g * 256, a.nd + c * nb + g);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * Quantized matvec. Grid: ceil(M / (4R)) blocks of 128 threads. y is [N][ldy]. */
 template <class T, int R, int N, int EPI>
@@ -377,7 +364,10 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
     const uint8_t *rows[R];
     int s;
     int64_t row0;
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) return;
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) {
+        if (a.nq) mv_quant_next<R, N, EPI>(a);
+        return;
+    }
     const int n_items = K / T::ELEMS;
     const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
     if (a.eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
@@ -434,6 +424,7 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
         }
     }
     mv_store<R, N, EPI>(a, s, row0, lane, acc);
+    if (a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -471,7 +462,10 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
     const uint8_t *rows[R];
     int s;
     int64_t row0;
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) return;
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) {
+        if (a.nq) mv_quant_next<R, N, EPI>(a);
+        return;
+    }
     if (a.eid) x += (size_t)(blockIdx.y / a.x_div) * K; /* expert-indexed (MoE), as mmvq_kernel */
     float acc[R][N];
 #pragma unroll
@@ -510,6 +504,7 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
         }
     }
     mv_store<R, N, EPI>(a, s, row0, lane, acc);
+    if (a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -649,7 +644,7 @@ static int float_vec_ok(const gm_cuda_mat *w, const float *x) {
  * epilogue; MoE when eid: grid.y = n_pairs, one column each. Checked arguments only. */
 static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int epi, const float *mul,
                   const MvAct &act, int n, const int32_t *eid, uint64_t e_bytes, int x_div, int n_pairs,
-                  cudaStream_t s) {
+                  cudaStream_t s, const gm_cuda_next *nx = NULL, bool *nx_done = NULL) {
     const int type = w[0]->type;
     const int64_t K = w[0]->ne0;
     int64_t m_max = 0;
@@ -666,6 +661,14 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
         a.blk_end[i] = blocks;
     }
     const dim3 grid(blocks, eid ? (unsigned)n_pairs : 1u);
+    if (nx && nx->kind == GM_CUDA_NEXT_QUANT && n <= 8 && !eid && (n_seg == 1 || epi == EPI_GEGLU)) {
+        const int64_t qk = nx->act_type == GMC_Q8_K ? 256 : 32, M = w[0]->ne1;
+        if (M % qk == 0 && qk % (4 * rs) == 0 && nx->counters && nx->n_counters >= M / 32) {
+            a.nq = (int8_t *)nx->out, a.nd = (float *)((uint8_t *)nx->out + align16((size_t)n * M));
+            a.ncount = nx->counters, a.n_act = nx->act_type;
+            *nx_done = true;
+        }
+    }
     const int kb = (int)(K >> (gm_cuda_act_type(type) == GMC_Q8_K ? 8 : 5));
     int vec = 0;
     if (!is_quant(type)) {
@@ -780,18 +783,41 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, _
     if (threadIdx.x == 0) col_scale[c] = ldexpf(1.0f, e);
 }
 
+/* Threads of act_prep_reg_kernel's block: 1024 (a warp per 32-value block up to 32 warps) keeps VPL small but
+ * needs a whole SM's registers, so under PDL it cannot start until an SM has drained completely; 256 fits beside
+ * the blocks of the kernel before it, but its one block per row then runs 4x the values a lane: measured on the
+ * H200 (E4B q4_0 tg128), 256 threads 238.7 t/s against 290.4 with 1024, so 1024 is the default. 0: the built-in
+ * choice (gm_cuda_set_prep_threads). */
+static int g_prep_threads = 0;
+extern "C" void gm_cuda_set_prep_threads(int threads) { g_prep_threads = threads == 256 || threads == 1024 ? threads : 0; }
+
 /* act_prep_reg_kernel for rows of K a multiple of 32 and at most 32 · 32 · 8 values (at 16 values a lane the
- * kernel spills: 664 bytes of stack); false (nothing launched) for other rows. */
+ * 1024-thread kernel spills: 664 bytes of stack; the 256-thread one has the registers for 16); false (nothing
+ * launched) for other rows. */
 static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, float *ds, float *xf, __half *xh,
                             cudaStream_t stream) {
     const int64_t nb = in->K / 32;
     if (in->K % 32 != 0 || nb > 32 * 8) return false;
-    const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
     const dim3 grid((unsigned)in->n);
-    if (vpl <= 1) gmc_launch(act_prep_reg_kernel<1>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
-    else if (vpl <= 2) gmc_launch(act_prep_reg_kernel<2>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
-    else if (vpl <= 4) gmc_launch(act_prep_reg_kernel<4>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
-    else gmc_launch(act_prep_reg_kernel<8>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh);
+    const int threads = g_prep_threads ? g_prep_threads : 1024;
+    if (threads == 256 && nb <= 8 * 16) {
+        const int warps = nb < 8 ? (int)nb : 8, vpl = (int)((nb + warps - 1) / warps);
+#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh)
+        if (vpl <= 1) GMC_PREP(1);
+        else if (vpl <= 2) GMC_PREP(2);
+        else if (vpl <= 4) GMC_PREP(4);
+        else if (vpl <= 8) GMC_PREP(8);
+        else GMC_PREP(16);
+#undef GMC_PREP
+        return true;
+    }
+    const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
+#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh)
+    if (vpl <= 1) GMC_PREP(1);
+    else if (vpl <= 2) GMC_PREP(2);
+    else if (vpl <= 4) GMC_PREP(4);
+    else GMC_PREP(8);
+#undef GMC_PREP
     return true;
 }
 
@@ -830,10 +856,21 @@ extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int
     }
     if (m->epi == GM_CUDA_EPI_GEGLU && m->w[1].ne1 != m->w[0].ne1)
         return gmc_fail(-1, "matmul_multi: GeGLU halves of different heights");
-    if (gm_cuda_mmq_eligible(m, n)) return gm_cuda_mmq_multi(m, act, n, stream); /* int8 tensor cores */
-    const int epi = m->epi == GM_CUDA_EPI_GEGLU ? EPI_GEGLU : m->epi == GM_CUDA_EPI_GELU_MUL ? EPI_GELU_MUL : EPI_STORE;
-    const MvAct x = is_quant(m->w[0].type) ? act_of(act, m->w[0].ne0, n) : MvAct{NULL, NULL, (const float *)act};
-    return mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, 0, 1, 0, stream);
+    const gm_cuda_next *nx = m->next.kind ? &m->next : NULL;
+    if (nx && (nx->kind != GM_CUDA_NEXT_QUANT || (nx->act_type != GMC_Q8_0 && nx->act_type != GMC_Q8_K) || !nx->out ||
+               m->w[0].ne1 % (nx->act_type == GMC_Q8_K ? 256 : 32)))
+        return gmc_fail(-1, "matmul_multi: bad next-op preparation");
+    int rc;
+    bool nx_done = false;
+    if (gm_cuda_mmq_eligible(m, n)) { /* int8 tensor cores */
+        rc = gm_cuda_mmq_multi(m, act, n, stream);
+    } else {
+        const int epi = m->epi == GM_CUDA_EPI_GEGLU ? EPI_GEGLU : m->epi == GM_CUDA_EPI_GELU_MUL ? EPI_GELU_MUL : EPI_STORE;
+        const MvAct x = is_quant(m->w[0].type) ? act_of(act, m->w[0].ne0, n) : MvAct{NULL, NULL, (const float *)act};
+        rc = mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, 0, 1, 0, stream, nx, &nx_done);
+    }
+    if (rc || !nx || nx_done) return rc;
+    return gm_cuda_quantize_act(m->y[0], m->w[0].ne1, n, nx->act_type, nx->out, stream);
 }
 
 extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x,

@@ -86,12 +86,26 @@ int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale
  * (mul [n][w[0].ne1]). act: quantized activations of the type's gm_cuda_act_type (gm_cuda_quantize_act or
  * gm_cuda_rmsnorm_quantize layout) for quantized weights, f32 x [n][ne0] otherwise. */
 enum { GM_CUDA_EPI_STORE = 0, GM_CUDA_EPI_GEGLU = 1, GM_CUDA_EPI_GELU_MUL = 2 };
+/* What a matrix launch also prepares for the op after it (next.kind; 0: nothing). GM_CUDA_NEXT_QUANT: its output
+ * y[0] ([n][w[0].ne1], w[0].ne1 a multiple of act_type's block) quantized into out exactly as
+ * gm_cuda_quantize_act(y[0], w[0].ne1, n, act_type, out) makes it. A matvec launch (n <= 8; one matrix or a
+ * GeGLU) does it in its own blocks, the last block of each activation block's rows quantizing them, with one of
+ * `counters` per 32 rows (n_counters device unsigned ints, zero before, left zero); anything else quantizes in a
+ * launch after the product. */
+enum { GM_CUDA_NEXT_NONE = 0, GM_CUDA_NEXT_QUANT = 1 };
+typedef struct gm_cuda_next {
+    int32_t kind, act_type;
+    void *out;
+    unsigned *counters;
+    int64_t n_counters;
+} gm_cuda_next;
 typedef struct gm_cuda_multi {
     int32_t n_w;
     gm_cuda_mat w[3];
     float *y[3];
     int32_t epi;
     const float *mul;
+    gm_cuda_next next;
 } gm_cuda_multi;
 int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
 /* The int8 tensor-core path (mmq_cuda.cu), taken by gm_cuda_matmul_multi for GM_CUDA_MMQ_MIN_N ..
@@ -130,6 +144,8 @@ void gm_cuda_set_pdl(int on);
 /* Blocks per SM the attention splits aim for (default 16; 1..64). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
  * a CUDA backend is created. For benchmarks and tests. */
 void gm_cuda_set_attn_fill(int blocks_per_sm);
+/* Threads per row of the projection-input preparation (256 or 1024; 0: the built-in choice, 1024). Process-wide; GEMMAC_CUDA_PREP_THREADS sets it when a CUDA backend is created. For benchmarks. */
+void gm_cuda_set_prep_threads(int threads);
 
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
  * expert e's at w->data + e·expert_bytes. For each pair p < n_pairs: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ.
@@ -225,6 +241,11 @@ typedef struct gm_cuda_attn {
                                   one sequence and their K/V reads) */
     const float *q;            /* [n_tokens][n_head][head_dim], RoPE and scale applied */
     float *out;                /* [n_tokens][n_head][head_dim] */
+    int32_t out_act_type;      /* 0: no quantized output; 8 (q8_0) or 15 (q8_K; n_head·head_dim a multiple of
+                                  256): out is also written quantized into out_q */
+    void *out_q;               /* 16-byte aligned, gm_cuda_matmul_scratch_bytes(n_head·head_dim, n_tokens) bytes:
+                                  exactly the bytes gm_cuda_quantize_act(out, n_head·head_dim, n_tokens,
+                                  out_act_type, out_q) would write (same layout, same f32 values, same quantizer) */
 } gm_cuda_attn;
 
 /* The attention op's preparation (src/model/backend.h gm_attn_prep) fused with the KV store, one launch: per
@@ -249,10 +270,18 @@ typedef struct gm_cuda_prep {
 int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream);
 
 /* Split-K (flash-decoding) attention: the visible keys of each query (or of a tile of consecutive batch tokens
- * of one sequence) are cut into splits processed by separate blocks, each with an online softmax, then merged.
+ * of one sequence) are cut into splits processed by separate blocks, each with an online softmax; the last block
+ * of each (tile, KV head) to finish merges them, in the same launch. One launch in all (a second, the activation
+ * quantizer, only for a quantized output the kernel cannot write itself: head dims outside 128 / 256 / 512,
+ * groupings outside 1..16, and q8_K with head_dim 128 and one query head per KV head).
  * The plan, from the host copies of pos / seq: tile_tokens (1, or the tile when every tile of that many
  * consecutive tokens holds one sequence and the batch is long enough) and max_keys for it.
- * scratch: gm_cuda_attention_scratch_bytes with the plan's values. */
+ * scratch: gm_cuda_attention_scratch_bytes with the plan's values (0: none needed, scratch may be NULL); it holds
+ * the splits' partials and, at its start, one completion counter per (tile, KV head). The counters must be zero
+ * when the scratch is first used: zero the whole buffer once when it is allocated (cudaMemset(scratch, 0, bytes);
+ * again after every reallocation). Every launch leaves them zero (graph replays find them so), and no call, of
+ * any shape, writes anything else over them, so one scratch serves every layer and batch; but two attention calls
+ * must not run on one scratch at the same time. */
 void gm_cuda_attention_plan(int32_t n_tokens, const int32_t *pos, const int32_t *seq, int32_t window, int32_t n_head,
                             int32_t n_head_kv, int32_t head_dim, int32_t *tile_tokens, int32_t *max_keys);
 size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_head, int32_t n_head_kv, int32_t head_dim,

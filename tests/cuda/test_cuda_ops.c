@@ -489,7 +489,14 @@ static void test_gelu_softcap(void **state) {
 /* ---- KV store + attention ---- */
 typedef struct attn_case {
     int n_head, n_head_kv, hd, kv_type, window, n_tokens, same_seq, two_runs, over_keys;
+    int out_act; /* 0, or the quantized output asked for (GM_TYPE_Q8_0 / GM_TYPE_Q8_K) */
 } attn_case;
+
+/* Asserts n bytes equal, naming the first that differs. */
+static void expect_bytes_equal(const char *what, const uint8_t *got, const uint8_t *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) fail_msg("%s: byte %zu of %zu: 0x%02x, want 0x%02x", what, i, n, got[i], want[i]);
+}
 
 static void run_attention(const attn_case *c) {
     enum { MAX_T = 64 };
@@ -539,15 +546,41 @@ static void run_attention(const attn_case *c) {
     const gm_cuda_kv kv = {.type = c->kv_type, .n_slots = n_slots, .ring = ring, .n_head_kv = hkv, .head_dim = D,
                            .k = dk, .v = dv};
     const size_t sb = gm_cuda_attention_scratch_bytes(T, nh, hkv, D, max_keys, tile);
-    void *dscr = sb ? dev_alloc(sb) : NULL;
-    if (dscr) dev_poison(dscr, sb);
-    dev_poison(dout, sizeof(float) * qn);
+    void *dscr = sb ? dev_alloc(sb) : NULL; /* zeroed once, as ops_cuda.h asks (its counters) */
+    const int64_t K = (int64_t)nh * D;      /* output values per token */
+    const size_t qb = c->out_act ? gm_cuda_matmul_scratch_bytes(K, T) : 0;
+    uint8_t *dqo = qb ? dev_alloc(qb) : NULL, *dqref = qb ? dev_alloc(qb) : NULL;
     CK(gm_cuda_kv_store(&kv, dkn, dvn, T, dpos, dseq, NULL));
     const gm_cuda_attn a = {.kv = &kv, .n_tokens = T, .pos = dpos, .seq = dseq, .n_head = nh, .window = c->window,
-                            .max_keys = max_keys, .tile_tokens = tile, .q = dq, .out = dout};
-    CK(gm_cuda_attention(&a, dscr, sb, NULL));
-    float *out = malloc(sizeof(float) * qn);
-    dev_download(out, dout, sizeof(float) * qn);
+                            .max_keys = max_keys, .tile_tokens = tile, .q = dq, .out = dout,
+                            .out_act_type = c->out_act, .out_q = dqo};
+    /* twice on the same scratch: the first launch must leave its counters zero for the second, which must then
+     * produce the same bytes */
+    float *out = malloc(sizeof(float) * qn), *out2 = malloc(sizeof(float) * qn);
+    uint8_t *hq = qb ? malloc(qb) : NULL, *hq2 = qb ? malloc(qb) : NULL, *hqref = qb ? malloc(qb) : NULL;
+    for (int run = 0; run < 2; run++) {
+        dev_poison(dout, sizeof(float) * qn);
+        if (qb) dev_poison(dqo, qb);
+        CK(gm_cuda_attention(&a, dscr, sb, NULL));
+        dev_download(run ? out2 : out, dout, sizeof(float) * qn);
+        if (qb) dev_download(run ? hq2 : hq, dqo, qb);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d tile=%d%s%s", nh, hkv, D,
+             esz == 2 ? "f16" : "f32", c->window, T, tile, c->two_runs ? " (two runs)" : "",
+             c->over_keys ? " (max_keys 4096)" : "");
+    char what2[200];
+    snprintf(what2, sizeof what2, "%s: second launch's output", what);
+    expect_bytes_equal(what2, (const uint8_t *)out2, (const uint8_t *)out, sizeof(float) * qn);
+    if (qb) { /* the quantized output: gm_cuda_quantize_act's bytes on the f32 output (both buffers poisoned alike) */
+        dev_poison(dqref, qb);
+        CK(gm_cuda_quantize_act(dout, K, T, c->out_act, dqref, NULL));
+        dev_download(hqref, dqref, qb);
+        snprintf(what2, sizeof what2, "%s: %s output", what, c->out_act == GM_TYPE_Q8_K ? "q8_K" : "q8_0");
+        expect_bytes_equal(what2, hq, hqref, qb);
+        snprintf(what2, sizeof what2, "%s: second launch's %s output", what, c->out_act == GM_TYPE_Q8_K ? "q8_K" : "q8_0");
+        expect_bytes_equal(what2, hq2, hqref, qb);
+    }
 
     /* the store on the host, then the cache must be byte-identical */
     for (int t = 0; t < T; t++) {
@@ -591,40 +624,50 @@ static void run_attention(const attn_case *c) {
         }
     }
     for (size_t i = 0; i < qn; i++) tol[i] = 5e-5;
-    char what[128];
-    snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d tile=%d%s%s", nh, hkv, D,
-             esz == 2 ? "f16" : "f32", c->window, T, tile, c->two_runs ? " (two runs)" : "",
-             c->over_keys ? " (max_keys 4096)" : "");
     expect_close(what, out, want, tol, qn);
-    free(kc), free(vc), free(q), free(k), free(v), free(out), free(back), free(want), free(tol), free(kr), free(vr);
-    free(scores), free(o);
+    free(kc), free(vc), free(q), free(k), free(v), free(out), free(out2), free(back), free(want), free(tol), free(kr);
+    free(vr), free(scores), free(o), free(hq), free(hq2), free(hqref);
     CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dq)); CU(cudaFree(dkn)); CU(cudaFree(dvn)); CU(cudaFree(dout));
     CU(cudaFree(dpos)); CU(cudaFree(dseq));
     if (dscr) CU(cudaFree(dscr));
+    if (qb) {
+        CU(cudaFree(dqo));
+        CU(cudaFree(dqref));
+    }
 }
 
 static void test_attention(void **state) {
     (void)state;
     /* the last four go to the one-warp-per-head kernel (head dims and groupings the split kernel lacks) */
     static const int heads[][3] = {{8, 2, 256}, {8, 1, 512}, {8, 2, 512}, {8, 1, 256}, {4, 1, 128}, {8, 8, 256},
-                                   {16, 1, 256}, {4, 2, 16}, {2, 1, 32}, {6, 2, 64}, {3, 1, 256}};
-    int cases = 0;
+                                   {16, 1, 256}, {8, 8, 128}, {4, 2, 16}, {2, 1, 32}, {6, 2, 64}, {3, 1, 256}};
+    /* quantized outputs, in turn over the cases: in the kernel (after one split or the merge of several), and by the
+     * separate quantizer (q8_K blocks spanning two KV heads' output: 8/8 D=128; the one-warp kernel) */
+    static const int acts[3] = {0, GM_TYPE_Q8_0, GM_TYPE_Q8_K};
+    int cases = 0, quantized = 0;
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
         for (int kt = 0; kt < 2; kt++)
             for (int variant = 0; variant < 7; variant++) {
                 /* 0: decode of 2 sequences, full; 1: decode, sliding window 512 in a ring; 2: 5 consecutive tokens of
                  * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys; 4: 37 consecutive tokens,
-                 * full (tiles, the last one partial); 5: 37 tokens, window 64 (tiles in a ring); 6: runs of 20 and
-                 * 17 tokens of two sequences (tiles where 20 is a multiple of the tile, else one token per block) */
+                 * full (tiles, the last one partial); 5: 37 tokens, window 64 (tiles in a ring; one split); 6: runs
+                 * of 20 and 17 tokens of two sequences (tiles where 20 is a multiple of the tile, else one token per
+                 * block) */
                 static const int n_tok[7] = {2, 2, 5, 4, 37, 37, 37}, win[7] = {0, 512, 64, 0, 0, 64, 0};
+                const int K = heads[hi][0] * heads[hi][2];
+                int act = acts[(variant + kt + (int)hi) % 3];
+                if (act == GM_TYPE_Q8_K && K % 256) act = GM_TYPE_Q8_0;
+                if (act == GM_TYPE_Q8_0 && K % 32) act = 0;
                 const attn_case c = {.n_head = heads[hi][0], .n_head_kv = heads[hi][1], .hd = heads[hi][2],
                                      .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16, .window = win[variant],
                                      .n_tokens = n_tok[variant], .same_seq = variant == 2 || variant == 4 || variant == 5,
-                                     .two_runs = variant == 6, .over_keys = variant == 3};
+                                     .two_runs = variant == 6, .over_keys = variant == 3, .out_act = act};
                 run_attention(&c);
-                cases++;
+                cases++, quantized += act != 0;
             }
-    printf("[ cuda     ] kv_store + attention: %d cases pass (cache bytes exact; output tolerance 5e-5)\n", cases);
+    printf("[ cuda     ] kv_store + attention: %d cases pass, each launched twice on one scratch (cache bytes exact; "
+           "output tolerance 5e-5; second launch identical); %d with a quantized output, bytes equal to "
+           "gm_cuda_quantize_act's\n", cases, quantized);
 }
 
 
@@ -944,6 +987,91 @@ static void test_fused_proj(void **state) {
     printf("[ cuda     ] fused residual + rmsnorm + quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases "
            "pass (per column, relative in norm vs the CPU reference path: 2e-5; 2.5e-3 with a norm or residual)\n",
            cases);
+}
+
+/* ---- a product that quantizes its own output for the next op (gm_cuda_next): the bytes equal those of the
+ * quantize launch it replaces (gm_cuda_quantize_act on the product's output), the output itself is unchanged,
+ * and a second run on the same counters gives the same (the counters were left zero). ---- */
+static void run_next_quant(int type, int64_t K, int64_t M, int n, int epi, int act_type) {
+    const int nw = epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
+    host_mat h[2];
+    gm_cuda_multi m = {.n_w = nw, .epi = epi};
+    for (int i = 0; i < nw; i++) {
+        h[i] = make_mat(type, K, M, 1.0f);
+        m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = M, .row_bytes = h[i].row_bytes,
+                               .data = dev_upload(h[i].q, h[i].row_bytes * M)};
+    }
+    float *x = rand_vec((size_t)K * n, 2.0f), *mul = rand_vec((size_t)M * n, 2.0f);
+    float *dx = dev_upload(x, sizeof(float) * K * n), *dmul = dev_upload(mul, sizeof(float) * M * n);
+    if (epi == GM_CUDA_EPI_GELU_MUL) m.mul = dmul;
+    const int in_type = gm_cuda_act_type(type);
+    void *dact = in_type >= 0 ? dev_alloc(gm_cuda_matmul_scratch_bytes(K, n)) : NULL;
+    if (dact) CK(gm_cuda_quantize_act(dx, K, n, in_type, dact, NULL));
+    const void *act = dact ? dact : (const void *)dx;
+    const size_t yb = sizeof(float) * M * n, qb = gm_cuda_matmul_scratch_bytes(M, n);
+    float *y_plain = dev_alloc(yb), *y_next = dev_alloc(yb);
+    void *q_want = dev_alloc(qb), *q_got = dev_alloc(qb);
+    enum { NC = 1024 };
+    unsigned *counters = dev_alloc(sizeof(unsigned) * NC);
+    m.y[0] = y_plain;
+    CK(gm_cuda_matmul_multi(&m, act, n, NULL));
+    CK(gm_cuda_quantize_act(y_plain, M, n, act_type, q_want, NULL));
+    uint8_t *want = malloc(qb), *got = malloc(qb);
+    float *yp = malloc(yb), *yn = malloc(yb);
+    dev_download(want, q_want, qb);
+    dev_download(yp, y_plain, yb);
+    m.y[0] = y_next;
+    m.next = (gm_cuda_next){.kind = GM_CUDA_NEXT_QUANT, .act_type = act_type, .out = q_got, .counters = counters,
+                            .n_counters = NC};
+    for (int run = 0; run < 2; run++) {
+        dev_poison(y_next, yb);
+        dev_poison(q_got, qb);
+        CK(gm_cuda_matmul_multi(&m, act, n, NULL));
+        dev_download(got, q_got, qb);
+        dev_download(yn, y_next, yb);
+        /* the bytes written: int8 [n][M], then from align16(n·M) one float per activation block */
+        const size_t nq = (size_t)n * M, s0 = (nq + 15) / 16 * 16;
+        const size_t ns = (size_t)n * (M / (act_type == GM_TYPE_Q8_K ? 256 : 32)) * 4, used = nq + ns;
+        size_t diff = 0, first = 0;
+        for (size_t i = 0; i < s0 + ns; i++)
+            if ((i < nq || i >= s0) && want[i] != got[i] && !diff++) first = i;
+        if (diff || memcmp(yp, yn, yb))
+            fail_msg("next-op quantization %s K=%lld M=%lld n=%d epilogue %d act %d run %d: %zu of %zu bytes differ "
+                     "(first at %zu), output %s", gm_type_traits_of(type)->name, (long long)K, (long long)M, n, epi,
+                     act_type, run, diff, used, first, memcmp(yp, yn, yb) ? "changed" : "the same");
+    }
+    for (int i = 0; i < nw; i++) {
+        free_mat(&h[i]);
+        CU(cudaFree((void *)m.w[i].data));
+    }
+    free(x), free(mul), free(want), free(got), free(yp), free(yn);
+    CU(cudaFree(dx)); CU(cudaFree(dmul)); CU(cudaFree(y_plain)); CU(cudaFree(y_next)); CU(cudaFree(q_want));
+    CU(cudaFree(q_got)); CU(cudaFree(counters));
+    if (dact) CU(cudaFree(dact));
+}
+
+static void test_next_quant(void **state) {
+    (void)state;
+    static const int types[] = {GM_TYPE_Q4_0, GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K, GM_TYPE_BF16};
+    static const int ns[] = {1, 2, 5, 8, 12}; /* 12: past the matvec (quantized after it) */
+    int cases = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            for (int epi = 0; epi < 3; epi++) {
+                run_next_quant(types[t], 512, 1024, ns[i], epi, GM_TYPE_Q8_0), cases++;
+                run_next_quant(types[t], 256, 768, ns[i], epi, GM_TYPE_Q8_K), cases++;
+                run_next_quant(types[t], 512, 96, ns[i], epi, GM_TYPE_Q8_0), cases++;
+            }
+    for (int rows = 1; rows <= 4; rows *= 2) { /* every rows-per-warp choice of the matvec */
+        gm_cuda_set_mmv_rows(rows);
+        for (int epi = 0; epi < 3; epi++) {
+            run_next_quant(GM_TYPE_Q4_0, 512, 1024, 3, epi, GM_TYPE_Q8_0), cases++;
+            run_next_quant(GM_TYPE_Q4_K, 256, 512, 1, epi, GM_TYPE_Q8_K), cases++;
+        }
+    }
+    gm_cuda_set_mmv_rows(0);
+    printf("[ cuda     ] products quantizing their output for the next op: %d cases pass (bytes identical to a "
+           "quantize launch after the product, twice on the same counters; output unchanged)\n", cases);
 }
 
 /* ---- the tensor-core path (n >= GM_CUDA_GEMM_MIN_N): against the exact product of the dequantized weights and
@@ -1313,7 +1441,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_top_logits),
+        cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
