@@ -8,11 +8,14 @@
 # preset (bench/cuda_trace.c under LD_PRELOAD: every kernel's time inside the CUDA graphs) of decoding, pp512 and
 # (with NPL) batched decoding at the largest -npl, demangled into $OUT/trace-*.md (TRACE_PDL=0: traced with PDL
 # off, so that each kernel's duration is its own and not its wait for the kernel before).
+# MODEL "-" skips test_cuda_model. EXTRA="ENV=V ... -- BENCH-ARGS; ..." adds benches of the first preset, one per
+# ';'-separated item, each with its environment (e.g. EXTRA="GEMMAC_CUDA_PREP_THREADS=1024 -- -p 0 -n 128 -r 3").
 # Logs to $OUT (or /tmp/cuda_out). Usage: bench/cuda_fused_run.sh MODEL.gguf [PRESET:TYPE ...]
 #   (default presets: gemma4-e4b:q4_0)
 set -o pipefail
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
-MODEL=$(realpath "$1"); shift
+MODEL=$1; shift
+[ "$MODEL" != - ] && MODEL=$(realpath "$MODEL")
 presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e4b:q4_0)
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader; nvcc --version | tail -1
   nproc; date -u; } 2>&1 | tee "$OUT/env.txt"
@@ -20,7 +23,9 @@ presets=("$@"); [ ${#presets[@]} -eq 0 ] && presets=(gemma4-e4b:q4_0)
 cuda_build -- gemmac_cli test_cuda_ops test_cuda_model ${TRACE:+gemmac_cuda_trace}
 rc=0
 timeout 200 ./build-dev/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
-GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
+if [ "$MODEL" != - ]; then
+  GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -v "^\[ RUN\|^\[       OK" || rc=1
+fi
 { for pt in "${presets[@]}"; do
     p=${pt%%:*}; t=${pt##*:}; f=/tmp/$p-$t.gguf
     ./build-dev/gemmac synth --preset "$p" --type "$t" -o "$f" --quiet || continue
@@ -29,6 +34,15 @@ GEMMAC_MODEL=$MODEL timeout 150 ./build-dev/test_cuda_model 2>&1 | tee "$OUT/mod
     if [ "${PDL_OFF:-1}" != 0 ]; then
       echo "== $p $t, PDL off"
       GEMMAC_CUDA_PDL=0 timeout 60 ./build-dev/gemmac bench -m "$f" -ngl all -p 0 -n 128 -r 3
+    fi
+    if [ -n "$EXTRA" ]; then
+      IFS=';' read -ra items <<< "$EXTRA"
+      for it in "${items[@]}"; do
+        envs=${it%%--*}; args=${it#*--}
+        echo "== $p $t, $envs: gemmac bench$args"
+        env $envs timeout 120 ./build-dev/gemmac bench -m "$f" -ngl all $args
+      done
+      EXTRA=
     fi
     if [ -n "$NPL" ]; then
       echo "== $p $t, batched decoding at depth ${DEPTH:-1024}"
