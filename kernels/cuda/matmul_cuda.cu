@@ -114,9 +114,10 @@ __global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, 
 /* The same preparation with the row held in registers (q8_0, f32 or scaled f16 output, K a multiple of 32, at
  * most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of each, so x and the
  * residual are read once, coalesced, every reduction is shuffles plus one pass through shared memory, and a
- * q8_0 block's amax is one warp max. The quantizer's arithmetic is quant_q8_0_block's, operation for operation
- * (the same bytes for the same v); the rms sums are added in another order than gmc_row_rms_scale's. One block
- * of 32 · W threads per row: a decoding step's rows are short serial chains, and this one is the shortest. */
+ * q8_0 block's amax is one warp max. The norms' weights are loaded before the wait. The quantizer's arithmetic is
+ * quant_q8_0_block's, operation for operation (the same bytes for the same v); the rms sums are added in another
+ * order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
+ * are short serial chains, and this one is the shortest. */
 __device__ __forceinline__ float block_sum(float v, float *part) {
     v = gmc_warp_sum(v);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
@@ -154,10 +155,18 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
                                                             float *__restrict__ xf, __half *__restrict__ xh) {
     __shared__ float part[32];
-    gmc_pdl_wait();
     const int64_t r = blockIdx.x;
     const int K = (int)in.K, nb = K / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
+    /* the norms' weights (immutable) into registers before the wait: two fewer L2 round trips after it */
+    float rw[VPL], nw[VPL];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int b = warp + i * W;
+        rw[i] = in.res_add && in.res_w && b < nb ? __ldg(in.res_w + 32 * b + lane) : 1.0f;
+        nw[i] = in.norm && in.w && b < nb ? __ldg(in.w + 32 * b + lane) : 1.0f;
+    }
+    gmc_pdl_wait();
     float *xr = in.x + r * K;
     float v[VPL];
 #pragma unroll
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             const int b = warp + i * W;
             if (b >= nb) continue;
             float t = __fmul_rn(a[i], rs);
-            if (in.res_w) t = __fmul_rn(t, in.res_w[32 * b + lane]);
+            if (in.res_w) t = __fmul_rn(t, rw[i]);
             float y = __fadd_rn(v[i], t);
             if (in.res_scale != 1.0f) y = __fmul_rn(y, in.res_scale);
             v[i] = y;
@@ -201,7 +210,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             const int b = warp + i * W;
             if (b >= nb) continue;
             float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
-            if (in.norm && in.w) t = __fmul_rn(t, in.w[32 * b + lane]);
+            if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
             v[i] = t;
             amax = fmaxf(amax, fabsf(t));
         }
@@ -220,7 +229,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
         if (b >= nb) continue; /* whole warps skip together: b depends on the warp only */
         const int j = 32 * b + lane;
         float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
-        if (in.norm && in.w) t = __fmul_rn(t, in.w[j]);
+        if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
         if (act_type == GMC_Q8_0) {
             const float amax = gmc_warp_max(fabsf(t));
             xq[r * K + j] = (int8_t)__float2int_rn(__fmul_rn(t, q8_0_inv_scale(amax)));
@@ -260,11 +269,12 @@ struct MvArgs {
 };
 
 /* A warp's rows: R row pointers, its segment s and first row row0 (per matrix); false when it has none.
- * Weights are immutable, so their rows are hinted into L2 before gmc_pdl_wait (overlapping the kernel before);
- * MoE expert ids are activations and are read after it. Returns with gmc_pdl_wait done. */
-template <int R, int EPI>
+ * Weights are immutable, so their rows are hinted into L2 before gmc_pdl_wait (overlapping the kernel before) and
+ * pre() (the kernel's first weight loads into registers) runs before it too, unless the rows depend on MoE expert
+ * ids: those are activations, read after the wait, and pre() is then not called. Returns with gmc_pdl_wait done. */
+template <int R, int EPI, class Pre>
 __device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int &s, int64_t &row0,
-                                        const uint8_t *rows[R]) {
+                                        const uint8_t *rows[R], Pre pre) {
     constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R; /* rows of each matrix per warp */
     unsigned blk = blockIdx.x;
     s = 0;
@@ -292,6 +302,7 @@ __device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (row0 + r % RS < M) gmc_prefetch_l2(rows[r], a.row_bytes[EPI == EPI_GEGLU && r >= RS ? 1 : s], lane);
+        pre();
         gmc_pdl_wait();
     }
     return true;
@@ -364,11 +375,24 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
     const uint8_t *rows[R];
     int s;
     int64_t row0;
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) {
+    const int n_items = K / T::ELEMS;
+    /* U items per lane per step, all their weight loads issued before the first is used (U = 2 measured slower
+     * on the H200 in almost every case: more registers, fewer resident warps) */
+    constexpr int U = 1;
+    int w[U][R][T::SPANS][4];
+    float ws[U][R][T::SPANS], wm[U][R][T::SPANS];
+    bool first_loaded = false; /* the first step's weights, loaded before the wait (a 2560-wide q4_0 row has 2.5
+                                  steps per lane: 40% of a small product's weights are in registers when it starts) */
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows, [&] {
+            if (lane < n_items) {
+#pragma unroll
+                for (int r = 0; r < R; r++) T::load(rows[r], lane, w[0][r], ws[0][r], wm[0][r]);
+                first_loaded = true;
+            }
+        })) {
         if (a.nq) mv_quant_next<R, N, EPI>(a);
         return;
     }
-    const int n_items = K / T::ELEMS;
     const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
     if (a.eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
         xq += (size_t)(blockIdx.y / a.x_div) * K;
@@ -380,15 +404,10 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
 
-    /* U items per lane per step, all their weight loads issued before the first is used (U = 2 measured slower
-     * on the H200 in almost every case: more registers, fewer resident warps) */
-    constexpr int U = 1;
     for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
-        int w[U][R][T::SPANS][4];
-        float ws[U][R][T::SPANS], wm[U][R][T::SPANS];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (it0 + 32 * u < n_items)
+            if (it0 + 32 * u < n_items && !(first_loaded && it0 + 32 * u == lane))
 #pragma unroll
                 for (int r = 0; r < R; r++) T::load(rows[r], it0 + 32 * u, w[u][r], ws[u][r], wm[u][r]);
 #pragma unroll
@@ -462,7 +481,17 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
     const uint8_t *rows[R];
     int s;
     int64_t row0;
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows)) {
+    const int n_items = K / VEC;
+    constexpr int U = 1; /* as mmvq_kernel, and as there the first step's weights before the wait */
+    float w[U][R][VEC];
+    bool first_loaded = false;
+    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows, [&] {
+            if (lane < n_items) {
+#pragma unroll
+                for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], lane, w[0][r]);
+                first_loaded = true;
+            }
+        })) {
         if (a.nq) mv_quant_next<R, N, EPI>(a);
         return;
     }
@@ -472,13 +501,10 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
-    const int n_items = K / VEC;
-    constexpr int U = 1; /* as mmvq_kernel */
     for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
-        float w[U][R][VEC];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (it0 + 32 * u < n_items)
+            if (it0 + 32 * u < n_items && !(first_loaded && it0 + 32 * u == lane))
 #pragma unroll
                 for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], it0 + 32 * u, w[u][r]);
 #pragma unroll

@@ -65,7 +65,9 @@ int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n, float *y, 
  * the residual update x += rmsnorm(res_add) · res_w (as gm_cuda_rmsnorm_add; res_w NULL: no weight), then
  * x *= res_scale unless it is 1 (as gm_cuda_scale), x written back; then x' = rmsnorm(x) · w when norm (w NULL:
  * no weight; as gm_cuda_rmsnorm), else x' = x (w unused); then x' quantized as gm_cuda_quantize_act into out (act_type 8 or
- * 15), or, act_type -1, stored as f32 [n][K] in out. Both rmsnorms use eps. */
+ * 15), or, act_type -1, stored as f32 [n][K] in out. Both rmsnorms use eps. res_w and w are weights: the launch may
+ * read them before the kernel before it in the stream has finished (programmatic dependent launch), so that kernel
+ * must not write them. */
 typedef struct gm_cuda_act_in {
     float *x;
     int64_t K;
