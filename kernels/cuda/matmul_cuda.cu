@@ -111,12 +111,13 @@ __global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, 
     }
 }
 
-/* The same preparation with the row held in registers (q8_0, f32 or scaled f16 output, K a multiple of 32, at
- * most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of each, so x and the
- * residual are read once, coalesced, every reduction is shuffles plus one pass through shared memory, and a
- * q8_0 block's amax is one warp max. The norms' weights are loaded before the wait. The quantizer's arithmetic is
- * quant_q8_0_block's, operation for operation (the same bytes for the same v); the rms sums are added in another
- * order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
+/* The same preparation with the row held in registers (q8_0, q8_K, f32 or scaled f16 output, K a multiple of 32
+ * (of 256 for q8_K), at most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of
+ * each, so x and the residual are read once, coalesced, every reduction is shuffles plus one pass through shared
+ * memory, and a q8_0 block's amax is one warp max (a q8_K block, 8 warps' values, is regrouped through shared
+ * memory and quantized by quant_q8_K_block_warp). The norms' weights are loaded before the wait. The quantizers'
+ * arithmetic is quant_q8_0_block's / quant_q8_K_block_warp's (the same bytes for the same v); the rms sums are
+ * added in another order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
  * are short serial chains, and this one is the shortest. */
 __device__ __forceinline__ float block_sum(float v, float *part) {
     v = gmc_warp_sum(v);
@@ -221,6 +222,25 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             if (b < nb) xh[r * K + 32 * b + lane] = __float2half_rn(ldexpf(v[i], -e));
         }
         if (threadIdx.x == 0) xd[r] = ldexpf(1.0f, e);
+        return;
+    }
+    if (act_type == GMC_Q8_K) { /* a 256-value block spans 8 warps' values: through shared memory, a warp a block */
+        extern __shared__ float prep_row[]; /* K floats (launch_prep_reg) */
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int b = warp + i * W;
+            if (b >= nb) continue;
+            float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
+            if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
+            prep_row[32 * b + lane] = t;
+        }
+        __syncthreads();
+        for (int qb = warp; qb < K / 256; qb += W) {
+            const float4 f0 = *(const float4 *)(prep_row + 256 * qb + 8 * lane);
+            const float4 f1 = *(const float4 *)(prep_row + 256 * qb + 8 * lane + 4);
+            const float q[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+            quant_q8_K_block_warp(q, lane, xq + r * K + 256 * qb, xd + r * (K / 256) + qb);
+        }
         return;
     }
 #pragma unroll
@@ -825,10 +845,11 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
     const int64_t nb = in->K / 32;
     if (in->K % 32 != 0 || nb > 32 * 8) return false;
     const dim3 grid((unsigned)in->n);
+    const size_t smem = act_type == GMC_Q8_K ? (size_t)in->K * sizeof(float) : 0; /* the row, at most 32 KB */
     const int threads = g_prep_threads ? g_prep_threads : 1024;
     if (threads == 256 && nb <= 8 * 16) {
         const int warps = nb < 8 ? (int)nb : 8, vpl = (int)((nb + warps - 1) / warps);
-#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh)
+#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
         if (vpl <= 1) GMC_PREP(1);
         else if (vpl <= 2) GMC_PREP(2);
         else if (vpl <= 4) GMC_PREP(4);
@@ -838,7 +859,7 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
         return true;
     }
     const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
-#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, 0, stream, *in, act_type, q, ds, xf, xh)
+#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
     if (vpl <= 1) GMC_PREP(1);
     else if (vpl <= 2) GMC_PREP(2);
     else if (vpl <= 4) GMC_PREP(4);
@@ -854,7 +875,7 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
         return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
     float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
-    if (act_type == GMC_Q8_K || !launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, stream))
+    if (!launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, stream))
         gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
     return gmc_check_launch("prepare_act");
 }
