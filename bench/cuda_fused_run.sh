@@ -1,7 +1,8 @@
 #!/bin/bash
 # cuda_fused_run.sh: one call on the GPU machine for issue 4's fusion / PDL / tensor-core slice: build the CLI and
 # the CUDA tests (cmocka / cJSON from build-cuda-deps/ when the machine lacks them), run test_cuda_ops and
-# test_cuda_model (MODEL: a real-weight model small enough to carry, bench/gguf_subset.py), then `gemmac bench
+# test_cuda_model (MODEL: a real-weight model small enough to carry: bench/gguf_subset.py --bf16; a quantized subset
+# fails the 64-token prefill check on the f16 tensor-core path, BENCHMARKS.md sixth session), then `gemmac bench
 # -ngl all` on synthetic Gemma 4 files made there (`gemmac synth`), with programmatic dependent launch on and off;
 # PROFILE=1 adds a per-op profile (GEMMAC_CUDA_PROFILE) of the first preset; NPL=1,8,64 adds batched decoding
 # (-npl) at depth DEPTH (default 1024); PDL_OFF=0 skips the PDL-off run; TRACE=1 adds kernel traces of the first
