@@ -30,7 +30,8 @@ typedef struct coll {
     gm_finish finish;
     int32_t n_prompt, n_cached, n_gen;
     int32_t stop_after;        /* > 0: return false after this many tokens */
-    bool gated;                /* the first event waits (on the scheduler thread) until gate_open */
+    bool gated;                /* an event after gate_after tokens waits (on the scheduler thread) until gate_open */
+    int32_t gate_after;        /* 0: the first event waits */
     bool gate_open;
 } coll;
 
@@ -56,7 +57,7 @@ static void coll_destroy(coll *c) {
 static bool on_event(void *user, const gm_sched_event *ev) {
     coll *c = user;
     pthread_mutex_lock(&c->mu);
-    while (c->gated && !c->gate_open) pthread_cond_wait(&c->cv, &c->mu);
+    while (c->gated && c->n_tok >= c->gate_after && !c->gate_open) pthread_cond_wait(&c->cv, &c->mu);
     if (!ev->done && c->n_tok < 512) c->tok[c->n_tok++] = ev->token;
     if (ev->text_len && c->n_text + ev->text_len < sizeof c->text) {
         memcpy(c->text + c->n_text, ev->text, ev->text_len);
@@ -239,6 +240,9 @@ static void test_cancel_frees_slot(void **state) {
     coll_init(&b);
     coll_init(&q);
     uint64_t ida, idb, idq;
+    /* the running request is held at its third token (on the scheduler thread) until both cancels are in, so the
+     * test does not race it to its 150 tokens on a busy machine */
+    a.gated = true, a.gate_after = 2;
     gm_sched_request ra = greedy_req(p, 10, 150, &a);
     assert_int_equal(gm_sched_submit(e.s, &ra, &ida), GM_SUBMIT_OK);
     coll_wait_tokens(&a, 2);
@@ -246,11 +250,12 @@ static void test_cancel_frees_slot(void **state) {
     gm_sched_request rq = greedy_req(p, 10, 5, &q);
     assert_int_equal(gm_sched_submit(e.s, &rq, &idq), GM_SUBMIT_OK);
     gm_sched_cancel(e.s, idq);
+    /* cancel the running one: it stops long before 150 and its slot serves the next request */
+    gm_sched_cancel(e.s, ida);
+    coll_open_gate(&a);
     coll_wait_done(&q);
     assert_int_equal(q.finish, GM_FINISH_CANCELLED);
     assert_int_equal(q.n_tok, 0);
-    /* cancel the running one: it stops long before 150 and its slot serves the next request */
-    gm_sched_cancel(e.s, ida);
     coll_wait_done(&a);
     assert_int_equal(a.finish, GM_FINISH_CANCELLED);
     assert_true(a.n_tok < 150);
