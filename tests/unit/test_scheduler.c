@@ -290,8 +290,9 @@ static void test_queue_full(void **state) {
     coll_init(&c);
     uint64_t ida, idb, idc;
     gm_sched_request ra = greedy_req(p, 8, 150, &a), rb = greedy_req(p, 8, 4, &b), rc = greedy_req(p, 8, 4, &c);
+    a.gated = true, a.gate_after = 1; /* a holds the only slot, held at its second token until it is cancelled */
     assert_int_equal(gm_sched_submit(e.s, &ra, &ida), GM_SUBMIT_OK);
-    coll_wait_tokens(&a, 1); /* a holds the only slot */
+    coll_wait_tokens(&a, 1);
     assert_int_equal(gm_sched_submit(e.s, &rb, &idb), GM_SUBMIT_OK);
     assert_int_equal(gm_sched_submit(e.s, &rc, &idc), GM_SUBMIT_QUEUE_FULL);
     gm_sched_stats st;
@@ -299,6 +300,7 @@ static void test_queue_full(void **state) {
     assert_int_equal(st.rejected_full, 1);
     assert_int_equal(st.queued, 1);
     gm_sched_cancel(e.s, ida);
+    coll_open_gate(&a);
     coll_wait_done(&b); /* b gets the slot once a is gone */
     assert_int_equal(b.finish, GM_FINISH_LENGTH);
     assert_int_equal(b.n_tok, 4);
