@@ -197,12 +197,18 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             xr[32 * b + lane] = y;
         }
     }
-    float scale = 1.0f;
     if (in.norm) {
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < VPL; i++) ss = fmaf(v[i], v[i], ss);
-        scale = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+        const float scale = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+#pragma unroll
+        for (int i = 0; i < VPL; i++) { /* the normalised row, in place: what every branch below quantizes */
+            if (warp + i * W >= nb) continue;
+            float t = __fmul_rn(v[i], scale);
+            if (in.w) t = __fmul_rn(t, nw[i]);
+            v[i] = t;
+        }
     }
     if (act_type == GMC_F16) { /* xd: the column scales */
         float amax = 0.0f;
@@ -210,10 +216,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
         for (int i = 0; i < VPL; i++) {
             const int b = warp + i * W;
             if (b >= nb) continue;
-            float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
-            if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
-            v[i] = t;
-            amax = fmaxf(amax, fabsf(t));
+            amax = fmaxf(amax, fabsf(v[i]));
         }
         const int e = f16_row_exponent(block_max(amax, part));
 #pragma unroll
@@ -229,10 +232,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
 #pragma unroll
         for (int i = 0; i < VPL; i++) {
             const int b = warp + i * W;
-            if (b >= nb) continue;
-            float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
-            if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
-            prep_row[32 * b + lane] = t;
+            if (b < nb) prep_row[32 * b + lane] = v[i];
         }
         __syncthreads();
         for (int qb = warp; qb < K / 256; qb += W) {
@@ -248,8 +248,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
         const int b = warp + i * W;
         if (b >= nb) continue; /* whole warps skip together: b depends on the warp only */
         const int j = 32 * b + lane;
-        float t = in.norm ? __fmul_rn(v[i], scale) : v[i];
-        if (in.norm && in.w) t = __fmul_rn(t, nw[i]);
+        const float t = v[i];
         if (act_type == GMC_Q8_0) {
             const float amax = gmc_warp_max(fabsf(t));
             xq[r * K + j] = (int8_t)__float2int_rn(__fmul_rn(t, q8_0_inv_scale(amax)));
