@@ -1207,6 +1207,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->graphs = !(ge && ge[0] == '0');
     const char *mq = getenv("GEMMAC_CUDA_MMQ_MAX_N"); /* largest batch on the int8 tensor-core path */
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
+    const char *mr = getenv("GEMMAC_CUDA_MMQ_ROWS"); /* rows per block of that path: 32 or 64 */
+    if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
     if (af && *af) gm_cuda_set_attn_fill(atoi(af));
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */

@@ -116,9 +116,11 @@ int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_
 enum { GM_CUDA_MMQ_MIN_N = 16 };
 int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
-/* Largest batch for the int8 path (default 0: off, it is still slower than the f16 path; beyond it: the f16
- * cuBLAS path). Process-wide; GEMMAC_CUDA_MMQ_MAX_N sets it when a CUDA backend is created. */
+/* Largest batch for the int8 path (beyond it: the f16 cuBLAS path; -1: the default, 0 = off, as it is still slower
+ * than the f16 path: mmq_cuda.cu). Process-wide; GEMMAC_CUDA_MMQ_MAX_N sets it when a CUDA backend is created. */
 void gm_cuda_set_mmq_max_n(int n);
+/* Rows per block of the int8 path: 32 or 64 (anything else: the default). GEMMAC_CUDA_MMQ_ROWS. */
+void gm_cuda_set_mmq_rows(int rows);
 /* The tensor-core path (gemm_cuda.cu) for n >= GM_CUDA_GEMM_MIN_N columns: the matrices of m dequantized to f16
  * into the scratch (or, when every matrix has its f16 rows already, those: one GEMM per matrix), the input prepared as gm_cuda_prepare_act says and converted to f16 with a power-of-two
  * scale per column, one cuBLAS GEMM (f32 accumulation), and m's epilogue. Eligible:

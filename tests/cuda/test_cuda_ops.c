@@ -983,6 +983,22 @@ static void test_fused_proj(void **state) {
                 for (int epi = 0; epi < 3; epi++)
                     for (int v = 0; v < 4; v++) run_fused_proj(types[t], 512, ns[i], epi, v & 1, v >> 1), cases++;
             }
+    /* the int8 path's tiles of 8 weight blocks: K of one partial tile (128) or a partial last one (640), both with
+     * rows not 16-byte aligned (4-byte weight copies), and an odd number of whole tiles (1280, 16-byte copies; 512
+     * above: two); both block heights (the 100- and 37-row matrices end inside a block); 1 to 3 column blocks */
+    static const int64_t mk[] = {128, 640, 1280};
+    static const int mn[] = {16, 64, 130};
+    gm_cuda_set_mmq_max_n(256);
+    for (int rows = 32; rows <= 64; rows *= 2) {
+        gm_cuda_set_mmq_rows(rows);
+        for (int t = 0; t < 2; t++)
+            for (size_t k = 0; k < sizeof mk / sizeof mk[0]; k++)
+                for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
+                    for (int epi = 0; epi < 3; epi++)
+                        for (int v = 0; v < 2; v++)
+                            run_fused_proj(t ? GM_TYPE_Q8_0 : GM_TYPE_Q4_0, mk[k], mn[i], epi, true, v), cases++;
+    }
+    gm_cuda_set_mmq_rows(-1);
     gm_cuda_set_mmq_max_n(-1);
     printf("[ cuda     ] fused residual + rmsnorm + quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases "
            "pass (per column, relative in norm vs the CPU reference path: 2e-5; 2.5e-3 with a norm or residual)\n",

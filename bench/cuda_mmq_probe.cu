@@ -1,0 +1,96 @@
+/* cuda_mmq_probe.cu: one projection of a batched decoding step on Gemma 4 E4B shapes (the PLE gate, o_proj, a QKV-sized
+ * matrix, the GeGLU, down) at q4_0 and n = 16 / 64 columns, through each tensor-core path: the default one (the
+ * activations converted to f16, cuBLAS on f16 copies of the weights made once, the epilogue launch) and the int8
+ * kernel of mmq_cuda.cu on the q4_0 blocks (q8_0 activation preparation + the kernel) at 32 and 64 rows per block.
+ * Time per product: cudaEvent over 100 back-to-back calls after 5 warm-ups (no graph, no PDL: each call's launches
+ * are separate). Weights are constant bytes (timing only). Prints one line per product and path; BENCHMARKS.md
+ * records it. Usage: cuda_mmq_probe */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops_cuda.h"
+
+struct Ctx {
+    void *cublas;
+    gm_cuda_multi m;
+    gm_cuda_act_in in;
+    void *scratch, *xq;
+    size_t scratch_bytes;
+    int n;
+};
+
+static void die(const char *what) {
+    fprintf(stderr, "cuda_mmq_probe: %s: %s\n", what, gm_cuda_last_error());
+    exit(1);
+}
+static void run_f16(Ctx *c) {
+    if (gm_cuda_gemm_multi(c->cublas, &c->m, &c->in, c->scratch, c->scratch_bytes, NULL)) die("gemm_multi");
+}
+static void run_int8(Ctx *c) {
+    if (gm_cuda_prepare_act(&c->in, 8 /* q8_0 */, c->xq, NULL) || gm_cuda_matmul_multi(&c->m, c->xq, c->n, NULL))
+        die("mmq");
+}
+static float time_us(void (*f)(Ctx *), Ctx *c) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int w = 0; w < 5; w++) f(c);
+    enum { R = 100 };
+    cudaEventRecord(e0);
+    for (int r = 0; r < R; r++) f(c);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms * 1000.0f / R;
+}
+
+int main(void) {
+    static const struct { const char *name; int K, M, n_w, epi; } shapes[] = {
+        {"PLE gate 256 x 2560, gelu-mul", 2560, 256, 1, GM_CUDA_EPI_GELU_MUL},
+        {"o_proj 2560 x 2048", 2048, 2560, 1, GM_CUDA_EPI_STORE},
+        {"3072 x 2560 (QKV-sized)", 2560, 3072, 1, GM_CUDA_EPI_STORE},
+        {"GeGLU 2 x 10240 x 2560", 2560, 10240, 2, GM_CUDA_EPI_GEGLU},
+        {"down 2560 x 10240", 10240, 2560, 1, GM_CUDA_EPI_STORE}};
+    static const int ns[] = {16, 64};
+    void *cublas = NULL, *ws = NULL;
+    if (cudaMalloc(&ws, 32 << 20) != cudaSuccess || gm_cuda_gemm_create(&cublas, ws, 32 << 20)) die("setup");
+    printf("| product (q4_0) | n | f16 weights + cuBLAS us | int8, 32 rows us | int8, 64 rows us |\n|---|---:|---:|---:|---:|\n");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int K = shapes[si].K, M = shapes[si].M, n = ns[ni];
+            const size_t rb = (size_t)K / 32 * 18;
+            Ctx c = {};
+            c.cublas = cublas, c.n = n;
+            float *y, *mul, *x;
+            cudaMalloc((void **)&y, sizeof(float) * M * n), cudaMalloc((void **)&mul, sizeof(float) * M * n);
+            cudaMalloc((void **)&x, sizeof(float) * K * n);
+            cudaMemset(x, 0, sizeof(float) * K * n), cudaMemset(mul, 0, sizeof(float) * M * n);
+            c.m.n_w = shapes[si].n_w, c.m.epi = shapes[si].epi, c.m.mul = mul;
+            for (int i = 0; i < c.m.n_w; i++) {
+                void *w = NULL, *f16 = NULL;
+                cudaMalloc(&w, rb * M), cudaMemset(w, 0x11, rb * M);
+                c.m.w[i] = (gm_cuda_mat){.type = 2 /* q4_0 */, .ne0 = K, .ne1 = M, .row_bytes = rb, .data = w};
+                cudaMalloc(&f16, (size_t)K * M * 2);
+                if (gm_cuda_gemm_weights_f16(&c.m.w[i], f16, NULL)) die("f16 copy");
+                c.m.w[i].f16 = f16;
+                c.m.y[i] = i ? NULL : y;
+            }
+            c.in = (gm_cuda_act_in){.x = x, .K = K, .n = n, .res_scale = 1.0f};
+            gm_cuda_set_mmq_max_n(0);
+            c.scratch_bytes = gm_cuda_gemm_scratch_bytes(&c.m, n);
+            cudaMalloc(&c.scratch, c.scratch_bytes), cudaMalloc(&c.xq, gm_cuda_matmul_scratch_bytes(K, n));
+            const float t16 = time_us(run_f16, &c);
+            float t8[2];
+            gm_cuda_set_mmq_max_n(256);
+            for (int r = 0; r < 2; r++) gm_cuda_set_mmq_rows(32 << r), t8[r] = time_us(run_int8, &c);
+            gm_cuda_set_mmq_max_n(-1), gm_cuda_set_mmq_rows(-1);
+            printf("| %s | %d | %.1f | %.1f | %.1f |\n", shapes[si].name, n, t16, t8[0], t8[1]);
+            for (int i = 0; i < c.m.n_w; i++) cudaFree((void *)c.m.w[i].data), cudaFree((void *)c.m.w[i].f16);
+            cudaFree(y), cudaFree(mul), cudaFree(x), cudaFree(c.scratch), cudaFree(c.xq);
+        }
+    gm_cuda_gemm_destroy(cublas);
+    cudaFree(ws);
+    return 0;
+}
