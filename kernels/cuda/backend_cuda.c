@@ -1059,7 +1059,7 @@ static void cuda_moe(gm_backend *b, const float *logits, const float *x, int32_t
     if (c->failed) return;
     gu.ne1 = gate_up->ne[1]; /* one expert's matrix; experts follow each other */
     dn.ne1 = down->ne[1];
-    const size_t need = gm_cuda_moe_scratch_bytes(n, n_used, gu.ne0, gu.ne1 / 2);
+    const size_t need = gm_cuda_moe_scratch_bytes(n, n_used, E, gu.ne0, gu.ne1 / 2);
     if (!grow(c, &c->moe, &c->moe_bytes, need, "mixture-of-experts scratch")) return;
     const gm_cuda_moe_args ma = {.logits = logits, .x = x, .expert_scale = es, .n = n, .n_used = n_used,
                                  .n_expert = E, .gate_up = gu, .down = dn, .out = out};

@@ -190,50 +190,122 @@ extern "C" int gm_cuda_altup_correct(const float *pred, const float *act, const 
 /* ---- mixture of experts ---- */
 enum { MOE_MAX_EXPERTS = 512, MOE_MAX_USED = 32 };
 
-/* Routing, one thread per token, the operations of gm_ref_moe_route in its order. */
+/* Routing, one warp per token, the operations of gm_ref_moe_route: softmax (sum in double), then n_used passes that
+ * each take the largest expert not yet taken, the lower index on ties, renormalised, times expert_scale. Lane l holds
+ * experts l, l+32, ... in registers; each pass is a per-lane scan and a warp argmax. (One thread per token spent
+ * most of a decoding layer walking its 128 experts through local and global memory.) */
+enum { MOE_LANE_EXPERTS = MOE_MAX_EXPERTS / 32, MOE_ROUTE_WARPS = 4 };
+
 __global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E, int k,
                                  const float *__restrict__ escale, int32_t *__restrict__ ids,
                                  float *__restrict__ wts) {
     gmc_pdl_wait();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    float p[MOE_MAX_EXPERTS];
+    const int lane = threadIdx.x & 31, t = blockIdx.x * MOE_ROUTE_WARPS + threadIdx.x / 32;
+    if (t >= n) return; /* the whole warp leaves together */
     const float *lg = logits + (int64_t)t * E;
+    float p[MOE_LANE_EXPERTS];
     float mx = -INFINITY;
-    for (int e = 0; e < E; e++) {
-        p[e] = lg[e];
-        mx = fmaxf(mx, lg[e]);
+#pragma unroll
+    for (int i = 0; i < MOE_LANE_EXPERTS; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? lg[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
     }
+    mx = gmc_warp_max(mx);
     double sum = 0.0;
-    for (int e = 0; e < E; e++) {
-        p[e] = expf(__fsub_rn(p[e], mx));
-        sum += p[e];
-    }
+#pragma unroll
+    for (int i = 0; i < MOE_LANE_EXPERTS; i++)
+        if (lane + 32 * i < E) {
+            p[i] = expf(__fsub_rn(p[i], mx));
+            sum += p[i];
+        }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-    for (int e = 0; e < E; e++) p[e] = __fmul_rn(p[e], inv);
-    int32_t *id = ids + (int64_t)t * k;
-    float *w = wts + (int64_t)t * k;
-    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MOE_LANE_EXPERTS; i++) p[i] = __fmul_rn(p[i], inv);
+    uint32_t taken = 0; /* bit i: expert lane + 32 i is chosen */
+    int my_id = 0;      /* lane j keeps slot j */
+    float my_w = 0.0f, s = 0.0f;
     for (int j = 0; j < k; j++) {
         int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int i = 0; i < j && !taken; i++) taken = id[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        float bv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MOE_LANE_EXPERTS; i++)
+            if (lane + 32 * i < E && !(taken >> i & 1) && (best < 0 || p[i] > bv)) best = lane + 32 * i, bv = p[i];
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
         }
-        id[j] = best;
-        w[j] = p[best];
-        s = __fadd_rn(s, p[best]);
+        if ((best & 31) == lane) taken |= 1u << (best >> 5);
+        if (lane == j) my_id = best, my_w = bv;
+        s = __fadd_rn(s, bv);
     }
-    for (int j = 0; j < k; j++) {
-        w[j] = __fdiv_rn(w[j], s);
-        if (escale) w[j] = __fmul_rn(w[j], escale[id[j]]);
+    if (lane < k) {
+        float w = __fdiv_rn(my_w, s);
+        if (escale) w = __fmul_rn(w, escale[my_id]);
+        ids[(int64_t)t * k + lane] = my_id;
+        wts[(int64_t)t * k + lane] = w;
     }
 }
 
-/* out[t][h] = Σ over the token's chosen experts in increasing index of w · y[pair][h] (as the CPU backend). */
+/* Groups (a batch with more pairs than experts): the pairs sorted by expert, pair p to slot inv[p] (perm[slot] = p;
+ * the order within an expert is the atomics', which changes no value: each column of a group is computed alone),
+ * each expert's slots cut into groups of GM_CUDA_MOE_GROUP, group i = expert geid[i] over slots gcol[2i] ..
+ * + gcol[2i + 1] − 1; groups past the last are empty (0 slots). One block. */
+__global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int E, int n_groups,
+                                 int32_t *__restrict__ perm, int32_t *__restrict__ inv, int32_t *__restrict__ geid,
+                                 int32_t *__restrict__ gcol) {
+    gmc_pdl_wait();
+    __shared__ int cnt[MOE_MAX_EXPERTS], start[MOE_MAX_EXPERTS], gfirst[MOE_MAX_EXPERTS + 1];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int sl = 0, gr = 0;
+        for (int e = 0; e < E; e++) {
+            start[e] = sl, gfirst[e] = gr;
+            sl += cnt[e], gr += (cnt[e] + GM_CUDA_MOE_GROUP - 1) / GM_CUDA_MOE_GROUP;
+        }
+        gfirst[E] = gr;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) /* each expert's groups, then its counter for the slots */
+        for (int i = gfirst[e]; i < gfirst[e + 1]; i++) {
+            const int c0 = (i - gfirst[e]) * GM_CUDA_MOE_GROUP, left = cnt[e] - c0;
+            geid[i] = e, gcol[2 * i] = start[e] + c0, gcol[2 * i + 1] = left < GM_CUDA_MOE_GROUP ? left : GM_CUDA_MOE_GROUP;
+        }
+    for (int i = gfirst[E] + threadIdx.x; i < n_groups; i += blockDim.x) geid[i] = 0, gcol[2 * i] = 0, gcol[2 * i + 1] = 0;
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        const int e = ids[p], slot = start[e] + atomicAdd(&cnt[e], 1);
+        perm[slot] = p, inv[p] = slot;
+    }
+}
+
+/* xs[slot] = x[perm[slot] / k] for the pairs' slots; the GM_CUDA_MOE_GROUP padding rows after them (read by a last
+ * group's unused columns, never stored) zeroed in xs and g. Grid: (columns, slots + padding). */
+__global__ void moe_gather_kernel(const float *__restrict__ x, const int32_t *__restrict__ perm, int k, int pairs,
+                                  int64_t H, int64_t F, float *__restrict__ xs, float *__restrict__ g) {
+    gmc_pdl_wait();
+    const int slot = blockIdx.y;
+    const int64_t h = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (slot < pairs) {
+        if (h < H) xs[(int64_t)slot * H + h] = x[(int64_t)(perm[slot] / k) * H + h];
+    } else {
+        if (h < H) xs[(int64_t)slot * H + h] = 0.0f;
+        if (h < F) g[(int64_t)slot * F + h] = 0.0f;
+    }
+}
+
+/* out[t][h] = Σ over the token's chosen experts in increasing index of w · y[pair][h] (as the CPU backend); y of pair
+ * p at row inv[p] (grouped) or p. */
 __global__ void moe_combine_kernel(const float *__restrict__ ys, const int32_t *__restrict__ ids,
-                                   const float *__restrict__ wts, int k, int64_t H, float *__restrict__ out) {
+                                   const float *__restrict__ wts, const int32_t *__restrict__ inv, int k, int64_t H,
+                                   float *__restrict__ out) {
     gmc_pdl_wait();
     const int t = blockIdx.y;
     const int64_t h = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -248,19 +320,52 @@ __global__ void moe_combine_kernel(const float *__restrict__ ys, const int32_t *
         }
     float acc = 0.0f;
     for (int j = 0; j < k; j++) {
-        const int64_t pr = (int64_t)t * k + order[j];
-        acc = __fadd_rn(acc, __fmul_rn(wts[pr], ys[pr * H + h]));
+        const int64_t pr = (int64_t)t * k + order[j], row = inv ? inv[pr] : pr;
+        acc = __fadd_rn(acc, __fmul_rn(wts[pr], ys[row * H + h]));
     }
     out[(int64_t)t * H + h] = acc;
 }
 
 static size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-/* Scratch layout: ids [n·k] | wts [n·k] | g [n·k·F] | u [n·k·F] | ys [n·k·H] | matmul scratch. */
-extern "C" size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int64_t H, int64_t F) {
-    const size_t pairs = (size_t)n * n_used;
-    const size_t mm_a = gm_cuda_matmul_scratch_bytes(H, n), mm_b = gm_cuda_matmul_scratch_bytes(F, (int32_t)pairs);
-    return al256(pairs * 4) * 2 + al256(pairs * F * 4) * 2 + al256(pairs * H * 4) + al256(mm_a > mm_b ? mm_a : mm_b);
+/* Pairs go through the experts in groups when there are more of them than experts (a batch), else one by one. */
+static bool moe_grouped(int64_t pairs, int32_t n_expert) { return pairs > n_expert; }
+/* Groups at most: each expert's pairs / GM_CUDA_MOE_GROUP rounded up, summed over the experts any pair chose. */
+static int64_t moe_max_groups(int64_t pairs, int32_t n_expert) {
+    return (pairs + GM_CUDA_MOE_GROUP - 1) / GM_CUDA_MOE_GROUP + (pairs < n_expert ? pairs : n_expert);
+}
+
+/* Scratch layout (P pairs; grouped: P' = P + GM_CUDA_MOE_GROUP rows, G = moe_max_groups; else P' = P, G = 0):
+ * ids [P] | wts [P] | perm [P] | inv [P] | geid [G] | gcol [2G] | xs [P'][H] | g [P'][F] | ys [P][H] | matmul scratch,
+ * where perm, inv and xs are empty unless grouped. */
+struct MoeScratch {
+    int32_t *ids, *perm, *inv, *geid, *gcol;
+    float *wts, *xs, *g, *ys;
+    void *mm;
+    size_t bytes, mm_bytes;
+};
+static MoeScratch moe_scratch(void *base, int32_t n, int32_t k, int32_t E, int64_t H, int64_t F) {
+    const int64_t P = (int64_t)n * k;
+    const bool grp = moe_grouped(P, E);
+    const int64_t rows = grp ? P + GM_CUDA_MOE_GROUP : P, G = grp ? moe_max_groups(P, E) : 0, pi = grp ? P : 0;
+    MoeScratch m = {};
+    size_t off = 0;
+    uint8_t *b = (uint8_t *)base;
+    auto take = [&](size_t bytes) { void *p = b ? b + off : NULL; off += al256(bytes); return p; };
+    m.ids = (int32_t *)take(P * 4), m.wts = (float *)take(P * 4);
+    m.perm = (int32_t *)take(pi * 4), m.inv = (int32_t *)take(pi * 4);
+    m.geid = (int32_t *)take(G * 4), m.gcol = (int32_t *)take(G * 8);
+    m.xs = (float *)take(grp ? rows * H * 4 : 0), m.g = (float *)take(rows * F * 4), m.ys = (float *)take(P * H * 4);
+    const size_t mm_a = gm_cuda_matmul_scratch_bytes(H, grp ? (int32_t)rows : n);
+    const size_t mm_b = gm_cuda_matmul_scratch_bytes(F, (int32_t)rows);
+    m.mm_bytes = mm_a > mm_b ? mm_a : mm_b;
+    m.mm = take(m.mm_bytes);
+    m.bytes = off;
+    return m;
+}
+
+extern "C" size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int32_t n_expert, int64_t H, int64_t F) {
+    return moe_scratch(NULL, n, n_used, n_expert, H, F).bytes;
 }
 
 extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
@@ -272,35 +377,38 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
     if (a->down.ne0 != F || a->down.ne1 != H)
         return gmc_fail(-1, "moe: down is %lldx%lld, expected %lldx%lld", (long long)a->down.ne0,
                         (long long)a->down.ne1, (long long)F, (long long)H);
-    const int k = a->n_used, n = a->n, pairs = n * k;
-    const size_t need = gm_cuda_moe_scratch_bytes(n, k, H, F);
-    if (!scratch || scratch_bytes < need) return gmc_fail(-1, "moe: scratch of %zu bytes, %zu needed", scratch_bytes, need);
-    uint8_t *sp = (uint8_t *)scratch;
-    int32_t *ids = (int32_t *)sp;
-    sp += al256((size_t)pairs * 4);
-    float *wts = (float *)sp;
-    sp += al256((size_t)pairs * 4);
-    float *g = (float *)sp;
-    sp += al256((size_t)pairs * F * 4);
-    float *u = (float *)sp;
-    sp += al256((size_t)pairs * F * 4);
-    float *ys = (float *)sp;
-    sp += al256((size_t)pairs * H * 4);
-    void *mm = sp;
-    const size_t mm_bytes = scratch_bytes - (size_t)(sp - (uint8_t *)scratch);
+    const int k = a->n_used, n = a->n, E = a->n_expert;
+    if ((int64_t)n * k + GM_CUDA_MOE_GROUP > 65535) return gmc_fail(-1, "moe: %d tokens × %d experts is too many pairs", n, k);
+    const int pairs = n * k;
+    const MoeScratch m = moe_scratch(scratch, n, k, E, H, F);
+    if (!scratch || scratch_bytes < m.bytes)
+        return gmc_fail(-1, "moe: scratch of %zu bytes, %zu needed", scratch_bytes, m.bytes);
 
-    gmc_launch(moe_route_kernel, blocks_for(n, 64), 64, 0, stream, a->logits, n, a->n_expert, k, a->expert_scale, ids, wts);
+    gmc_launch(moe_route_kernel, blocks_for(n, MOE_ROUTE_WARPS), 32 * MOE_ROUTE_WARPS, 0, stream, a->logits, n, E, k,
+               a->expert_scale, m.ids, m.wts);
     int rc = gmc_check_launch("moe routing");
     if (rc) return rc;
     gm_cuda_mat gate = a->gate_up, up = a->gate_up;
     gate.ne1 = up.ne1 = F;
     up.data = (const uint8_t *)a->gate_up.data + (uint64_t)F * a->gate_up.row_bytes;
     const uint64_t gu_bytes = (uint64_t)2 * F * a->gate_up.row_bytes, dn_bytes = (uint64_t)H * a->down.row_bytes;
-    if ((rc = gm_cuda_matmul_id(&gate, gu_bytes, a->x, n, k, ids, pairs, g, mm, mm_bytes, stream)) ||
-        (rc = gm_cuda_matmul_id(&up, gu_bytes, a->x, n, k, ids, pairs, u, mm, mm_bytes, stream)) ||
-        (rc = gm_cuda_gelu_mul(g, u, (int64_t)pairs * F, stream)) ||
-        (rc = gm_cuda_matmul_id(&a->down, dn_bytes, g, pairs, 1, ids, pairs, ys, mm, mm_bytes, stream)))
+    const bool grp = moe_grouped(pairs, E);
+    if (grp) {
+        const int rows = pairs + GM_CUDA_MOE_GROUP, G = (int)moe_max_groups(pairs, E);
+        gmc_launch(moe_group_kernel, 1, 1024, 0, stream, (const int32_t *)m.ids, pairs, E, G, m.perm, m.inv, m.geid,
+                   m.gcol);
+        if ((rc = gmc_check_launch("moe grouping"))) return rc;
+        gmc_launch(moe_gather_kernel, dim3(blocks_for(H > F ? H : F, 256), (unsigned)rows), 256, 0, stream, a->x,
+                   (const int32_t *)m.perm, k, pairs, H, F, m.xs, m.g);
+        if ((rc = gmc_check_launch("moe gather")) ||
+            (rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, m.xs, rows, 1, m.geid, m.gcol, G, m.g, m.mm, m.mm_bytes, stream)) ||
+            (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, rows, 1, m.geid, m.gcol, G, m.ys, m.mm, m.mm_bytes, stream)))
+            return rc;
+    } else if ((rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, a->x, n, k, m.ids, NULL, pairs, m.g, m.mm, m.mm_bytes, stream)) ||
+               (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, pairs, 1, m.ids, NULL, pairs, m.ys, m.mm, m.mm_bytes, stream))) {
         return rc;
-    gmc_launch(moe_combine_kernel, dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream, ys, ids, wts, k, H, a->out);
+    }
+    gmc_launch(moe_combine_kernel, dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream, (const float *)m.ys,
+               (const int32_t *)m.ids, (const float *)m.wts, (const int32_t *)(grp ? m.inv : NULL), k, H, a->out);
     return gmc_check_launch("moe combine");
 }

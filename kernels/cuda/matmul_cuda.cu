@@ -266,7 +266,10 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
  * output y[N][ldy]) read against the same activations; blocks [blk_end[s-1], blk_end[s]) work on segment s.
  * The epilogue: EPI_STORE writes each row; EPI_GEGLU (two segments of equal M) gives a warp the same rows of
  * both and writes gelu_tanh(row of W_0) · (row of W_1) to segment 0's y; EPI_GELU_MUL writes
- * gelu_tanh(row) · mul[c][row]. eid (MoE): blockIdx.y is a (token, expert) pair, segment 0 only. */
+ * gelu_tanh(row) · mul[c][row]. eid (MoE): every segment's rows offset by eid[blockIdx.y] · e_bytes (one segment,
+ * or the two of a GeGLU); without gcol blockIdx.y is a (token, expert) pair: x column blockIdx.y / x_div, y column
+ * blockIdx.y; with gcol it is a group of columns through one expert: x and y columns gcol[2y] .. + gcol[2y+1] − 1
+ * (at most N; the kernel reads N columns from gcol[2y], so x has N − 1 rows of padding at its end). */
 enum { EPI_STORE = 0, EPI_GEGLU = 1, EPI_GELU_MUL = 2 };
 struct MvArgs {
     const uint8_t *W[3];
@@ -278,6 +281,7 @@ struct MvArgs {
     int n_seg;
     const float *mul;
     const int32_t *eid;
+    const int32_t *gcol;
     uint64_t e_bytes;
     int x_div;
     /* the next op's input quantized from y[0] (gm_cuda_next, kind GM_CUDA_NEXT_QUANT); q NULL: none */
@@ -328,18 +332,32 @@ __device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int
 }
 
 /* Reduces each row's per-lane sums over the warp and writes the row as the epilogue says. */
+/* The columns of x and y a block works on (MvArgs): N from column 0, a MoE pair's one, or a MoE group's. */
+struct MvCols {
+    int64_t x, y;
+    int n;
+};
+template <int N>
+__device__ __forceinline__ MvCols mv_cols(const MvArgs &a) {
+    if (!a.eid) return MvCols{0, 0, N};
+    if (!a.gcol) return MvCols{(int64_t)(blockIdx.y / a.x_div), (int64_t)blockIdx.y, 1};
+    const int64_t c0 = a.gcol[2 * blockIdx.y];
+    return MvCols{c0, c0, a.gcol[2 * blockIdx.y + 1]};
+}
+
 template <int R, int N, int EPI>
-__device__ __forceinline__ void mv_store(const MvArgs &a, int s, int64_t row0, int lane, float acc[R][N]) {
+__device__ __forceinline__ void mv_store(const MvArgs &a, int s, int64_t row0, int lane, float acc[R][N],
+                                         const MvCols &cols) {
     constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R;
     const int64_t M = a.M[s], ldy = a.ldy[s];
-    float *y = a.y[s] + (a.eid ? (size_t)blockIdx.y * ldy : 0);
+    float *y = a.y[s] + (size_t)cols.y * ldy;
 #pragma unroll
     for (int r = 0; r < RS; r++)
 #pragma unroll
         for (int c = 0; c < N; c++) {
             float v = gmc_warp_sum(acc[r][c]);
             if (EPI == EPI_GEGLU) v = __fmul_rn(gmc_gelu_tanh(v), gmc_warp_sum(acc[r + RS][c]));
-            if (lane == ((r * N + c) & 31) && row0 + r < M) {
+            if (lane == ((r * N + c) & 31) && row0 + r < M && c < cols.n) {
                 if (EPI == EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), a.mul[(size_t)c * ldy + row0 + r]);
                 y[(size_t)c * ldy + row0 + r] = v;
             }
@@ -413,10 +431,10 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
         return;
     }
     const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
-    if (a.eid) { /* expert-indexed (MoE): pair blockIdx.y = one column through expert eid[pair] */
-        xq += (size_t)(blockIdx.y / a.x_div) * K;
-        xds += (size_t)(blockIdx.y / a.x_div) * kb;
-    }
+    const MvCols cols = mv_cols<N>(a);
+    if (cols.n <= 0) return; /* an empty MoE group */
+    xq += (size_t)cols.x * K;
+    xds += (size_t)cols.x * kb;
     float acc[R][N];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -461,7 +479,7 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
             }
         }
     }
-    mv_store<R, N, EPI>(a, s, row0, lane, acc);
+    mv_store<R, N, EPI>(a, s, row0, lane, acc, cols);
     if (a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
@@ -514,7 +532,9 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
         if (a.nq) mv_quant_next<R, N, EPI>(a);
         return;
     }
-    if (a.eid) x += (size_t)(blockIdx.y / a.x_div) * K; /* expert-indexed (MoE), as mmvq_kernel */
+    const MvCols cols = mv_cols<N>(a); /* as mmvq_kernel */
+    if (cols.n <= 0) return;
+    x += (size_t)cols.x * K;
     float acc[R][N];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -548,7 +568,7 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
             }
         }
     }
-    mv_store<R, N, EPI>(a, s, row0, lane, acc);
+    mv_store<R, N, EPI>(a, s, row0, lane, acc, cols);
     if (a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
@@ -685,11 +705,22 @@ static int float_vec_ok(const gm_cuda_mat *w, const float *x) {
            w->row_bytes == (uint64_t)w->ne0 * esz;
 }
 
+/* Expert indexing of a launch (MvArgs' eid, gcol, e_bytes, x_div): n_y blocks in grid.y, pairs or groups. */
+struct MvMoe {
+    const int32_t *eid, *gcol;
+    uint64_t e_bytes;
+    int x_div, n_y;
+};
+enum { MV_GROUP = GM_CUDA_MOE_GROUP }; /* columns of a MoE group: the widest mat-vec */
+static_assert(MV_GROUP == 8, "a MoE group is one launch of the widest mat-vec");
+
 /* The matvec of n_seg matrices w (one type, one K) against n columns of activations (8 per launch), with an
- * epilogue; MoE when eid: grid.y = n_pairs, one column each. Checked arguments only. */
+ * epilogue; MoE when moe: grid.y = moe->n_y pairs (one column each) or groups (MV_GROUP columns). Checked
+ * arguments only. */
 static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int epi, const float *mul,
-                  const MvAct &act, int n, const int32_t *eid, uint64_t e_bytes, int x_div, int n_pairs,
-                  cudaStream_t s, const gm_cuda_next *nx = NULL, bool *nx_done = NULL) {
+                  const MvAct &act, int n, const MvMoe *moe, cudaStream_t s, const gm_cuda_next *nx = NULL,
+                  bool *nx_done = NULL) {
+    const int32_t *eid = moe ? moe->eid : NULL;
     const int type = w[0]->type;
     const int64_t K = w[0]->ne0;
     int64_t m_max = 0;
@@ -697,7 +728,8 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     int rs = eid ? 1 : default_rows(type, n < 8 ? n : 8, K, m_max);
     if (epi == EPI_GEGLU && rs > 2) rs = 2;
     MvArgs a = {};
-    a.n_seg = n_seg, a.mul = mul, a.eid = eid, a.e_bytes = e_bytes, a.x_div = x_div;
+    a.n_seg = n_seg, a.mul = mul;
+    if (moe) a.eid = moe->eid, a.gcol = moe->gcol, a.e_bytes = moe->e_bytes, a.x_div = moe->x_div;
     unsigned blocks = 0;
     for (int i = 0; i < n_seg; i++) {
         a.W[i] = (const uint8_t *)w[i]->data, a.row_bytes[i] = w[i]->row_bytes, a.M[i] = w[i]->ne1;
@@ -705,7 +737,7 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
         if (epi != EPI_GEGLU || i == 0) blocks += (unsigned)((w[i]->ne1 + 4 * rs - 1) / (4 * rs));
         a.blk_end[i] = blocks;
     }
-    const dim3 grid(blocks, eid ? (unsigned)n_pairs : 1u);
+    const dim3 grid(blocks, moe ? (unsigned)moe->n_y : 1u);
     if (nx && nx->kind == GM_CUDA_NEXT_QUANT && n <= 8 && !eid && (n_seg == 1 || epi == EPI_GEGLU)) {
         const int64_t qk = nx->act_type == GMC_Q8_K ? 256 : 32, M = w[0]->ne1;
         if (M % qk == 0 && qk % (4 * rs) == 0 && nx->counters && nx->n_counters >= M / 32) {
@@ -719,10 +751,10 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     if (!is_quant(type)) {
         vec = 1;
         for (int i = 0; i < n_seg; i++) vec = vec && float_vec_ok(w[i], act.x);
-        if (eid && e_bytes % 16) vec = 0;
+        if (moe && moe->e_bytes % 16) vec = 0;
     }
     for (int c0 = 0; c0 < (eid ? 1 : n); c0 += 8) {
-        const int nc = eid ? 1 : (n - c0 < 8 ? n - c0 : 8);
+        const int nc = moe ? (moe->gcol ? MV_GROUP : 1) : (n - c0 < 8 ? n - c0 : 8);
         MvArgs ac = a;
         for (int i = 0; i < n_seg; i++) ac.y[i] = a.y[i] + (size_t)c0 * a.ldy[i];
         if (mul) ac.mul = mul + (size_t)c0 * a.ldy[0];
@@ -778,7 +810,7 @@ extern "C" int gm_cuda_matmul_q(const gm_cuda_mat *w, const void *xq, int32_t n,
     gm_cuda_multi one = {};
     one.n_w = 1, one.w[0] = *w, one.y[0] = y, one.epi = GM_CUDA_EPI_STORE;
     if (gm_cuda_mmq_eligible(&one, n)) return gm_cuda_mmq_multi(&one, xq, n, stream); /* int8 tensor cores */
-    return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(xq, w->ne0, n), n, NULL, 0, 1, 0, stream);
+    return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(xq, w->ne0, n), n, NULL, stream);
 }
 
 extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, float *y, void *scratch,
@@ -793,7 +825,7 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
         rc = gm_cuda_quantize_act(x, w->ne0, n, gm_cuda_act_type(w->type), scratch, stream);
         return rc ? rc : gm_cuda_matmul_q(w, scratch, n, y, stream);
     }
-    return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, 0, 1, 0, stream);
+    return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, stream);
 }
 
 /* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block of 256 threads per row,
@@ -913,27 +945,33 @@ extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int
     } else {
         const int epi = m->epi == GM_CUDA_EPI_GEGLU ? EPI_GEGLU : m->epi == GM_CUDA_EPI_GELU_MUL ? EPI_GELU_MUL : EPI_STORE;
         const MvAct x = is_quant(m->w[0].type) ? act_of(act, m->w[0].ne0, n) : MvAct{NULL, NULL, (const float *)act};
-        rc = mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, 0, 1, 0, stream, nx, &nx_done);
+        rc = mv_run(ws, m->y, m->n_w, epi, m->mul, x, n, NULL, stream, nx, &nx_done);
     }
     if (rc || !nx || nx_done) return rc;
     return gm_cuda_quantize_act(m->y[0], m->w[0].ne1, n, nx->act_type, nx->out, stream);
 }
 
-extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x,
-                                 int32_t x_div, const int32_t *eid, int32_t n_pairs, float *y, void *scratch,
-                                 size_t scratch_bytes, gm_cuda_stream stream) {
+extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes,
+                                 const float *x, int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol,
+                                 int32_t n_y, float *y, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
     int rc = check_mat(w, "matmul_id");
+    if (!rc && up) rc = check_mat(up, "matmul_id");
     if (rc) return rc;
-    if (!x || !eid || !y || n_x <= 0 || x_div <= 0 || n_pairs <= 0 || (int64_t)n_pairs > (int64_t)n_x * x_div ||
-        n_pairs > 65535)
-        return gmc_fail(-1, "matmul_id: bad arguments (n_x %d, x_div %d, pairs %d)", n_x, x_div, n_pairs);
-    if (!is_quant(w->type))
-        return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, 1, eid, expert_bytes, x_div, n_pairs, stream);
+    if (up && (up->type != w->type || up->ne0 != w->ne0 || up->ne1 != w->ne1 || up->row_bytes != w->row_bytes))
+        return gmc_fail(-1, "matmul_id: up is not gate's shape and type");
+    const bool bad_shape = gcol ? x_div != 1 || n_x < GM_CUDA_MOE_GROUP : (int64_t)n_y > (int64_t)n_x * x_div;
+    if (!x || !eid || !y || n_x <= 0 || x_div <= 0 || n_y <= 0 || n_y > 65535 || bad_shape)
+        return gmc_fail(-1, "matmul_id: bad arguments (n_x %d, x_div %d, %d %s)", n_x, x_div, n_y,
+                        gcol ? "groups" : "pairs");
+    const gm_cuda_mat *ws[2] = {w, up};
+    float *ys[2] = {y, y};
+    const int n_seg = up ? 2 : 1, epi = up ? EPI_GEGLU : EPI_STORE;
+    const MvMoe moe = {eid, gcol, expert_bytes, x_div, n_y};
+    if (!is_quant(w->type)) return mv_run(ws, ys, n_seg, epi, NULL, MvAct{NULL, NULL, x}, 1, &moe, stream);
     if (!scratch || scratch_bytes < gm_cuda_matmul_scratch_bytes(w->ne0, n_x))
         return gmc_fail(-1, "matmul_id: scratch of %zu bytes, %zu needed", scratch_bytes,
                         gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
     rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
     if (rc) return rc;
-    return mv_run(&w, &y, 1, EPI_STORE, NULL, act_of(scratch, w->ne0, n_x), 1, eid, expert_bytes, x_div, n_pairs,
-                  stream);
+    return mv_run(ws, ys, n_seg, epi, NULL, act_of(scratch, w->ne0, n_x), 1, &moe, stream);
 }

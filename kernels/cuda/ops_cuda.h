@@ -152,12 +152,19 @@ void gm_cuda_set_attn_fill(int blocks_per_sm);
 void gm_cuda_set_prep_threads(int threads);
 
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
- * expert e's at w->data + e·expert_bytes. For each pair p < n_pairs: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ.
- * x: [n_x][ne0] f32, eid: [n_pairs] (device), y: [n_pairs][ne1]. Quantized weights quantize x first, as
- * gm_cuda_matmul: scratch gm_cuda_matmul_scratch_bytes(ne0, n_x). n_pairs <= 65535. */
-int gm_cuda_matmul_id(const gm_cuda_mat *w, uint64_t expert_bytes, const float *x, int32_t n_x, int32_t x_div,
-                      const int32_t *eid, int32_t n_pairs, float *y, void *scratch, size_t scratch_bytes,
-                      gm_cuda_stream stream);
+ * expert e's at w->data + e·expert_bytes. x: [n_x][ne0] f32, y: [·][ne1]; eid and gcol on the device.
+ *   pairs (gcol NULL): for each p < n_y: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ;
+ *   groups (gcol [n_y][2], x_div 1): group i multiplies x rows gcol[2i] .. gcol[2i] + gcol[2i+1] − 1 (at most
+ *     GM_CUDA_MOE_GROUP; 0: nothing) through expert eid[i] into the same rows of y. A group's unused columns are
+ *     read, never stored: x has GM_CUDA_MOE_GROUP − 1 rows after the last any group uses.
+ * up: NULL, or a second matrix of w's shape and type (experts expert_bytes apart too) read in the same pass:
+ * then y = gelu_tanh(x · W_eᵀ) · (x · UP_eᵀ), the GeGLU of gate w and up.
+ * Quantized weights quantize x first, as gm_cuda_matmul: scratch gm_cuda_matmul_scratch_bytes(ne0, n_x).
+ * n_y <= 65535. */
+#define GM_CUDA_MOE_GROUP 8
+int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes, const float *x,
+                      int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol, int32_t n_y, float *y,
+                      void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 /* ---- row ops ---- */
 /* out[i][:] = row ids[i] of table, dequantized, times scale; an id outside [0, ne1) reads row 0. ids: [n]
@@ -205,6 +212,8 @@ int gm_cuda_altup_correct(const float *pred, const float *act, const float *c, f
  * expert_scale[e] when not NULL), then for every (token, chosen expert) pair gate/up (gate_up: one expert's
  * [H][2F] matrix, experts 2F·row_bytes apart), GeGLU, down ([F][H], experts H·row_bytes apart), and
  * out[t] = Σ_e w_e · y_e summed in increasing expert index. logits [n][n_expert], x [n][H], out [n][H].
+ * A batch with more pairs than experts goes through them in groups (pairs sorted by expert, each expert's
+ * weights read once per GM_CUDA_MOE_GROUP pairs); the values are the same either way. n · n_used < 65528.
  * scratch: gm_cuda_moe_scratch_bytes. */
 typedef struct gm_cuda_moe_args {
     const float *logits, *x, *expert_scale;
@@ -213,7 +222,7 @@ typedef struct gm_cuda_moe_args {
     gm_cuda_mat down;          /* one expert: ne0 = F, ne1 = H */
     float *out;
 } gm_cuda_moe_args;
-size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int64_t H, int64_t F);
+size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int32_t n_expert, int64_t H, int64_t F);
 int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 /* ---- KV cache and attention ----

@@ -781,16 +781,20 @@ static void test_gemma_ops(void **state) {
 }
 
 /* ---- mixture of experts: routing + chosen experts + weighted sum against gm_ref_moe_route and the dequantized
- * experts in double (f32 weights: 1e-5 relative to the output's norm; q8_0 / q4_K: 3e-2, activation rounding) */
-static void run_moe(int type, int n, int E, int k, int64_t H, int64_t F, bool with_scale) {
+ * experts in double (f32 weights: 1e-5 relative to the output's norm; q8_0 / q4_K: 3e-2, activation rounding).
+ * With ties, the logits are rounded to whole numbers, so many experts share a probability and only the
+ * lower-index rule picks the reference's experts. */
+static void run_moe(int type, int n, int E, int k, int64_t H, int64_t F, bool with_scale, bool ties) {
     host_mat gu = make_mat(type, H, 2 * F * E, 1.0f), dn = make_mat(type, F, H * E, 1.0f);
     float *logits = rand_vec((size_t)n * E, 3.0f), *x = rand_vec((size_t)n * H, 1.0f);
+    if (ties)
+        for (size_t i = 0; i < (size_t)n * E; i++) logits[i] = roundf(logits[i]);
     float *es = with_scale ? rand_vec((size_t)E, 1.0f) : NULL;
     void *dgu = dev_upload(gu.q, gu.row_bytes * 2 * F * E), *ddn = dev_upload(dn.q, dn.row_bytes * H * E);
     float *dl = dev_upload(logits, sizeof(float) * n * E), *dx = dev_upload(x, sizeof(float) * n * H);
     float *des = es ? dev_upload(es, sizeof(float) * E) : NULL;
     float *dout = dev_out((size_t)n * H);
-    const size_t sb = gm_cuda_moe_scratch_bytes(n, k, H, F);
+    const size_t sb = gm_cuda_moe_scratch_bytes(n, k, E, H, F);
     void *dscr = dev_alloc(sb);
     const gm_cuda_moe_args a = {
         .logits = dl, .x = dx, .expert_scale = des, .n = n, .n_used = k, .n_expert = E,
@@ -838,12 +842,23 @@ static void run_moe(int type, int n, int E, int k, int64_t H, int64_t F, bool wi
 
 static void test_moe(void **state) {
     (void)state;
-    run_moe(GM_TYPE_F32, 1, 4, 2, 64, 32, false);
-    run_moe(GM_TYPE_F32, 7, 8, 2, 64, 32, true);
-    run_moe(GM_TYPE_F32, 5, 16, 4, 96, 64, true);
-    run_moe(GM_TYPE_Q8_0, 6, 8, 2, 256, 64, true);
-    run_moe(GM_TYPE_Q4_K, 3, 8, 3, 256, 256, false);
-    printf("[ cuda     ] moe (routing, chosen experts only, weighted sum): 5 cases pass\n");
+    /* one by one (pairs <= experts: decoding) */
+    run_moe(GM_TYPE_F32, 1, 4, 2, 64, 32, false, false);
+    run_moe(GM_TYPE_F32, 9, 128, 8, 64, 32, true, false);  /* Gemma 4 26B-A4B routing; 3 blocks of 4 warps */
+    run_moe(GM_TYPE_F32, 9, 128, 8, 64, 32, true, true);
+    run_moe(GM_TYPE_F32, 3, 40, 5, 64, 32, false, true);   /* experts not a multiple of the warp */
+    run_moe(GM_TYPE_F32, 2, 512, 32, 32, 32, true, true);  /* the routing kernel's limits */
+    run_moe(GM_TYPE_Q8_0, 1, 8, 2, 256, 64, true, false);
+    run_moe(GM_TYPE_Q4_0, 1, 128, 8, 256, 64, true, false);
+    /* in groups (pairs > experts: prefill, batches): groups of 1 .. GM_CUDA_MOE_GROUP, several per expert */
+    run_moe(GM_TYPE_F32, 7, 8, 2, 64, 32, true, false);
+    run_moe(GM_TYPE_F32, 5, 16, 4, 96, 64, true, false);
+    run_moe(GM_TYPE_F32, 40, 16, 4, 64, 32, true, false);
+    run_moe(GM_TYPE_F32, 20, 128, 8, 64, 32, true, true);
+    run_moe(GM_TYPE_Q8_0, 30, 8, 2, 256, 64, true, false);
+    run_moe(GM_TYPE_Q4_0, 64, 16, 4, 128, 64, true, false);
+    run_moe(GM_TYPE_Q4_K, 25, 8, 3, 256, 256, false, false);
+    printf("[ cuda     ] moe (routing, chosen experts one by one and in groups, weighted sum): 14 cases pass\n");
 }
 
 /* ---- fused projections: rmsnorm + quantize in one launch, up to three matrices / GeGLU / gelu·mul in one ----
