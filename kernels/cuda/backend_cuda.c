@@ -809,16 +809,19 @@ static void cuda_gather(gm_backend *b, const float *src, int32_t d, const int32_
 
 /* The tensor-core path for m over n >= GM_CUDA_GEMM_MIN_N columns (see ops_cuda.h): true when it ran (or
  * failed, recorded); false when m is not eligible and the caller should take the matvec path. */
+/* The cuBLAS handle, made on first use; false when that failed (recorded). */
+static bool have_cublas(cuda_backend *c) {
+    if (c->cublas) return true;
+    graph_abort(c);
+    enum { WS_BYTES = 32 << 20 };
+    return cu_ok(c, cudaMalloc(&c->cublas_ws, WS_BYTES), "cuBLAS workspace") &&
+           k_ok(c, gm_cuda_gemm_create(&c->cublas, c->cublas_ws, WS_BYTES), "cuBLAS");
+}
+
 static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *in, const gm_tensor *const *ts) {
     if (!gm_cuda_gemm_eligible(m, in->n)) return false;
     f16_copies(c, m, ts);
-    if (c->failed) return true;
-    if (!c->cublas) {
-        graph_abort(c);
-        enum { WS_BYTES = 32 << 20 };
-        if (!cu_ok(c, cudaMalloc(&c->cublas_ws, WS_BYTES), "cuBLAS workspace")) return true;
-        if (!k_ok(c, gm_cuda_gemm_create(&c->cublas, c->cublas_ws, WS_BYTES), "cuBLAS")) return true;
-    }
+    if (c->failed || !have_cublas(c)) return true;
     if (grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, in->n), "GEMM scratch"))
         k_ok(c, gm_cuda_gemm_multi(c->cublas, m, in, c->gemm, c->gemm_bytes, c->stream), "GEMM");
     return true;
@@ -838,6 +841,11 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
     gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
     const gm_cuda_act_in in = {.x = (float *)x, .K = m.ne0, .n = n, .res_scale = 1.0f}; /* read only: no update */
     const int32_t act_type = gm_cuda_act_type(m.type);
+    if (m.type == GM_TYPE_F32 && n >= GM_CUDA_GEMM_MIN_N) { /* f32 weights over many columns: one f32 GEMM */
+        pend_flush(c);
+        if (have_cublas(c)) k_ok(c, gm_cuda_sgemm(c->cublas, &m, x, n, y, c->stream), "f32 GEMM");
+        return;
+    }
     if (gm_cuda_gemm_eligible(&one, n) || act_type < 0) {
         pend_flush(c);
         if (!gemm_path(c, &one, &in, &w)) pend_hold(c, &one, x, n, "matmul");

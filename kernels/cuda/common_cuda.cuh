@@ -62,6 +62,26 @@ __device__ __forceinline__ float gmc_warp_max(float v) {
     return v;
 }
 
+/* op(v) over a block (every thread must call it; part: 32 floats of shared memory, free again on return; op
+ * associative with identity 0 on the values given): warp reductions, then the warps' results in order. */
+template <class Op>
+__device__ __forceinline__ float gmc_block_reduce(float v, float *part, Op op) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) t = op(t, part[i]);
+    __syncthreads(); /* part is reused by the next call */
+    return t;
+}
+__device__ __forceinline__ float gmc_block_sum(float v, float *part) {
+    return gmc_block_reduce(v, part, [](float a, float b) { return a + b; });
+}
+__device__ __forceinline__ float gmc_block_max(float v, float *part) { /* of values >= 0 */
+    return gmc_block_reduce(v, part, [](float a, float b) { return fmaxf(a, b); });
+}
+
 /* 1 / sqrt(mean(x²) + eps) of a row of d floats, for a whole block (blockDim a multiple of 32, <= 1024; every
  * thread must call it): per-thread fmaf sums over a stride of blockDim, warp sums, then the sum of the warps. */
 __device__ __forceinline__ float gmc_row_rms_scale(const float *xr, int d, float eps) {

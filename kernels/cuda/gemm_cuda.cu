@@ -294,6 +294,21 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
     return 0;
 }
 
+extern "C" int gm_cuda_sgemm(void *cublas, const gm_cuda_mat *w, const float *x, int32_t n, float *y,
+                              gm_cuda_stream stream) {
+    if (!cublas || !w || !w->data || w->type != GMC_F32 || !x || !y || n <= 0 || w->ne0 <= 0 || w->ne1 <= 0 ||
+        w->ne0 > INT32_MAX || w->ne1 > INT32_MAX || w->row_bytes % 4 || w->row_bytes / 4 < (uint64_t)w->ne0 ||
+        w->row_bytes / 4 > INT32_MAX || (uintptr_t)w->data % 4)
+        return gmc_fail(-1, "sgemm: bad arguments");
+    cublasHandle_t h = (cublasHandle_t)cublas;
+    if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "sgemm: cublasSetStream failed");
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, n, (int)w->ne0, &one,
+                                          (const float *)w->data, (int)(w->row_bytes / 4), x, (int)w->ne0, &zero, y,
+                                          (int)w->ne1);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : gmc_fail(-1, "sgemm: cublasSgemm failed (status %d)", (int)st);
+}
+
 extern "C" int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes) {
     cublasHandle_t h = NULL;
     cublasStatus_t st = cublasCreate(&h);

@@ -251,9 +251,9 @@ __global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E,
 
 /* Groups (a batch with more pairs than experts): the pairs sorted by expert, pair p to slot inv[p] (perm[slot] = p;
  * the order within an expert is the atomics', which changes no value: each column of a group is computed alone),
- * each expert's slots cut into groups of GM_CUDA_MOE_GROUP, group i = expert geid[i] over slots gcol[2i] ..
- * + gcol[2i + 1] − 1; groups past the last are empty (0 slots). One block. */
-__global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int E, int n_groups,
+ * each expert's slots cut into groups of gs (gm_cuda_moe_group_cols), group i = expert geid[i] over slots gcol[2i]
+ * .. + gcol[2i + 1] − 1; groups past the last are empty (0 slots). One block. */
+__global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int E, int gs, int n_groups,
                                  int32_t *__restrict__ perm, int32_t *__restrict__ inv, int32_t *__restrict__ geid,
                                  int32_t *__restrict__ gcol) {
     gmc_pdl_wait();
@@ -266,15 +266,15 @@ __global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int
         int sl = 0, gr = 0;
         for (int e = 0; e < E; e++) {
             start[e] = sl, gfirst[e] = gr;
-            sl += cnt[e], gr += (cnt[e] + GM_CUDA_MOE_GROUP - 1) / GM_CUDA_MOE_GROUP;
+            sl += cnt[e], gr += (cnt[e] + gs - 1) / gs;
         }
         gfirst[E] = gr;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) /* each expert's groups, then its counter for the slots */
         for (int i = gfirst[e]; i < gfirst[e + 1]; i++) {
-            const int c0 = (i - gfirst[e]) * GM_CUDA_MOE_GROUP, left = cnt[e] - c0;
-            geid[i] = e, gcol[2 * i] = start[e] + c0, gcol[2 * i + 1] = left < GM_CUDA_MOE_GROUP ? left : GM_CUDA_MOE_GROUP;
+            const int c0 = (i - gfirst[e]) * gs, left = cnt[e] - c0;
+            geid[i] = e, gcol[2 * i] = start[e] + c0, gcol[2 * i + 1] = left < gs ? left : gs;
         }
     for (int i = gfirst[E] + threadIdx.x; i < n_groups; i += blockDim.x) geid[i] = 0, gcol[2 * i] = 0, gcol[2 * i + 1] = 0;
     __syncthreads();
@@ -286,8 +286,8 @@ __global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int
     }
 }
 
-/* xs[slot] = x[perm[slot] / k] for the pairs' slots; the GM_CUDA_MOE_GROUP padding rows after them (read by a last
- * group's unused columns, never stored) zeroed in xs and g. Grid: (columns, slots + padding). */
+/* xs[slot] = x[perm[slot] / k] for the pairs' slots; the MOE_PAD padding rows after them (a last group's unused
+ * columns may read them; never stored) zeroed in xs and g. Grid: (columns, slots + padding). */
 __global__ void moe_gather_kernel(const float *__restrict__ x, const int32_t *__restrict__ perm, int k, int pairs,
                                   int64_t H, int64_t F, float *__restrict__ xs, float *__restrict__ g) {
     gmc_pdl_wait();
@@ -330,12 +330,15 @@ static size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
 /* Pairs go through the experts in groups when there are more of them than experts (a batch), else one by one. */
 static bool moe_grouped(int64_t pairs, int32_t n_expert) { return pairs > n_expert; }
-/* Groups at most: each expert's pairs / GM_CUDA_MOE_GROUP rounded up, summed over the experts any pair chose. */
-static int64_t moe_max_groups(int64_t pairs, int32_t n_expert) {
-    return (pairs + GM_CUDA_MOE_GROUP - 1) / GM_CUDA_MOE_GROUP + (pairs < n_expert ? pairs : n_expert);
+/* Groups at most for groups of gs: each expert's pairs / gs rounded up, summed over the experts any pair chose. */
+static int64_t moe_max_groups(int64_t pairs, int32_t n_expert, int gs) {
+    return (pairs + gs - 1) / gs + (pairs < n_expert ? pairs : n_expert);
 }
+/* Padding rows after the slots: a group reads at most its width's columns. */
+enum { MOE_PAD = GM_CUDA_MMQ_GROUP > GM_CUDA_MOE_GROUP ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP };
 
-/* Scratch layout (P pairs; grouped: P' = P + GM_CUDA_MOE_GROUP rows, G = moe_max_groups; else P' = P, G = 0):
+/* Scratch layout (P pairs; grouped: P' = P + MOE_PAD rows, G = moe_max_groups of the narrowest groups; else P' = P,
+ * G = 0):
  * ids [P] | wts [P] | perm [P] | inv [P] | geid [G] | gcol [2G] | xs [P'][H] | g [P'][F] | ys [P][H] | matmul scratch,
  * where perm, inv and xs are empty unless grouped. */
 struct MoeScratch {
@@ -347,7 +350,7 @@ struct MoeScratch {
 static MoeScratch moe_scratch(void *base, int32_t n, int32_t k, int32_t E, int64_t H, int64_t F) {
     const int64_t P = (int64_t)n * k;
     const bool grp = moe_grouped(P, E);
-    const int64_t rows = grp ? P + GM_CUDA_MOE_GROUP : P, G = grp ? moe_max_groups(P, E) : 0, pi = grp ? P : 0;
+    const int64_t rows = grp ? P + MOE_PAD : P, G = grp ? moe_max_groups(P, E, GM_CUDA_MOE_GROUP) : 0, pi = grp ? P : 0;
     MoeScratch m = {};
     size_t off = 0;
     uint8_t *b = (uint8_t *)base;
@@ -378,7 +381,7 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
         return gmc_fail(-1, "moe: down is %lldx%lld, expected %lldx%lld", (long long)a->down.ne0,
                         (long long)a->down.ne1, (long long)F, (long long)H);
     const int k = a->n_used, n = a->n, E = a->n_expert;
-    if ((int64_t)n * k + GM_CUDA_MOE_GROUP > 65535) return gmc_fail(-1, "moe: %d tokens × %d experts is too many pairs", n, k);
+    if ((int64_t)n * k + MOE_PAD > 65535) return gmc_fail(-1, "moe: %d tokens × %d experts is too many pairs", n, k);
     const int pairs = n * k;
     const MoeScratch m = moe_scratch(scratch, n, k, E, H, F);
     if (!scratch || scratch_bytes < m.bytes)
@@ -394,9 +397,12 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
     const uint64_t gu_bytes = (uint64_t)2 * F * a->gate_up.row_bytes, dn_bytes = (uint64_t)H * a->down.row_bytes;
     const bool grp = moe_grouped(pairs, E);
     if (grp) {
-        const int rows = pairs + GM_CUDA_MOE_GROUP, G = (int)moe_max_groups(pairs, E);
-        gmc_launch(moe_group_kernel, 1, 1024, 0, stream, (const int32_t *)m.ids, pairs, E, G, m.perm, m.inv, m.geid,
-                   m.gcol);
+        /* one group width for both products (one group table): the int8 kernel's when it takes both */
+        const int gs = gm_cuda_moe_group_cols(&gate, &up) == GM_CUDA_MMQ_GROUP && gm_cuda_mmq_takes(&a->down)
+                           ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP;
+        const int rows = pairs + MOE_PAD, G = (int)moe_max_groups(pairs, E, gs);
+        gmc_launch(moe_group_kernel, 1, 1024, 0, stream, (const int32_t *)m.ids, pairs, E, gs, G, m.perm, m.inv,
+                   m.geid, m.gcol);
         if ((rc = gmc_check_launch("moe grouping"))) return rc;
         gmc_launch(moe_gather_kernel, dim3(blocks_for(H > F ? H : F, 256), (unsigned)rows), 256, 0, stream, a->x,
                    (const int32_t *)m.perm, k, pairs, H, F, m.xs, m.g);

@@ -111,34 +111,6 @@ __global__ void __launch_bounds__(256) act_prep_kernel(const gm_cuda_act_in in, 
     }
 }
 
-/* The same preparation with the row held in registers (q8_0, q8_K, f32 or scaled f16 output, K a multiple of 32
- * (of 256 for q8_K), at most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of
- * each, so x and the residual are read once, coalesced, every reduction is shuffles plus one pass through shared
- * memory, and a q8_0 block's amax is one warp max (a q8_K block, 8 warps' values, is regrouped through shared
- * memory and quantized by quant_q8_K_block_warp). The norms' weights are loaded before the wait. The quantizers'
- * arithmetic is quant_q8_0_block's / quant_q8_K_block_warp's (the same bytes for the same v); the rms sums are
- * added in another order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
- * are short serial chains, and this one is the shortest. */
-__device__ __forceinline__ float block_sum(float v, float *part) {
-    v = gmc_warp_sum(v);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
-    __syncthreads(); /* part is reused by the next call */
-    return t;
-}
-
-__device__ __forceinline__ float block_max(float v, float *part) {
-    v = gmc_warp_max(v);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) t = fmaxf(t, part[i]);
-    __syncthreads();
-    return t;
-}
-
 /* The f16 form of a prepared row for the tensor-core path (act_type GMC_F16): the row times 2^-e, e = the
  * exponent of its max |v| minus 15 (so every |v| · 2^-e < 2^15 fits f16: Gemma's residual stream exceeds 65504),
  * and 2^e kept as the column's scale for the GEMM's epilogue. */
@@ -151,6 +123,14 @@ __device__ __forceinline__ int f16_row_exponent(float amax) {
     return e;
 }
 
+/* The same preparation with the row held in registers (q8_0, q8_K, f32 or scaled f16 output, K a multiple of 32
+ * (of 256 for q8_K), at most 32 · 32 · VPL): warp w of W owns the 32-value blocks w, w + W, ..., lane l value l of
+ * each, so x and the residual are read once, coalesced, every reduction is shuffles plus one pass through shared
+ * memory, and a q8_0 block's amax is one warp max (a q8_K block, 8 warps' values, is regrouped through shared
+ * memory and quantized by quant_q8_K_block_warp). The norms' weights are loaded before the wait. The quantizers'
+ * arithmetic is quant_q8_0_block's / quant_q8_K_block_warp's (the same bytes for the same v); the rms sums are
+ * added in another order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
+ * are short serial chains, and this one is the shortest. */
 template <int VPL, int MAXT>
 __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
@@ -184,7 +164,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             a[i] = b < nb ? ar[32 * b + lane] : 0.0f;
             ss = fmaf(a[i], a[i], ss);
         }
-        const float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+        const float rs = 1.0f / sqrtf(gmc_block_sum(ss, part) / (float)K + in.eps);
 #pragma unroll
         for (int i = 0; i < VPL; i++) {
             const int b = warp + i * W;
@@ -201,7 +181,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < VPL; i++) ss = fmaf(v[i], v[i], ss);
-        const float scale = 1.0f / sqrtf(block_sum(ss, part) / (float)K + in.eps);
+        const float scale = 1.0f / sqrtf(gmc_block_sum(ss, part) / (float)K + in.eps);
 #pragma unroll
         for (int i = 0; i < VPL; i++) { /* the normalised row, in place: what every branch below quantizes */
             if (warp + i * W >= nb) continue;
@@ -218,7 +198,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
             if (b >= nb) continue;
             amax = fmaxf(amax, fabsf(v[i]));
         }
-        const int e = f16_row_exponent(block_max(amax, part));
+        const int e = f16_row_exponent(gmc_block_max(amax, part));
 #pragma unroll
         for (int i = 0; i < VPL; i++) {
             const int b = warp + i * W;
@@ -725,7 +705,8 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     const int64_t K = w[0]->ne0;
     int64_t m_max = 0;
     for (int i = 0; i < n_seg; i++) m_max = w[i]->ne1 > m_max ? w[i]->ne1 : m_max;
-    int rs = eid ? 1 : default_rows(type, n < 8 ? n : 8, K, m_max);
+    /* rows per warp: a MoE group reads its N columns once for rs rows, as a batch of N */
+    int rs = eid && !moe->gcol ? 1 : default_rows(type, moe ? MV_GROUP : n < 8 ? n : 8, K, m_max);
     if (epi == EPI_GEGLU && rs > 2) rs = 2;
     MvArgs a = {};
     a.n_seg = n_seg, a.mul = mul;
@@ -951,6 +932,10 @@ extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int
     return gm_cuda_quantize_act(m->y[0], m->w[0].ne1, n, nx->act_type, nx->out, stream);
 }
 
+extern "C" int gm_cuda_moe_group_cols(const gm_cuda_mat *w, const gm_cuda_mat *up) {
+    return gm_cuda_mmq_takes(w) && (!up || gm_cuda_mmq_takes(up)) ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP;
+}
+
 extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes,
                                  const float *x, int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol,
                                  int32_t n_y, float *y, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
@@ -973,5 +958,11 @@ extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, ui
                         gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
     rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
     if (rc) return rc;
+    if (gcol && gm_cuda_moe_group_cols(w, up) == GM_CUDA_MMQ_GROUP) { /* groups on the int8 tensor cores */
+        gm_cuda_multi m = {};
+        m.n_w = n_seg, m.w[0] = *w, m.y[0] = y, m.epi = up ? GM_CUDA_EPI_GEGLU : GM_CUDA_EPI_STORE;
+        if (up) m.w[1] = *up, m.y[1] = y;
+        return gm_cuda_mmq_id(&m, expert_bytes, eid, gcol, n_y, scratch, n_x, stream);
+    }
     return mv_run(ws, ys, n_seg, epi, NULL, act_of(scratch, w->ne0, n_x), 1, &moe, stream);
 }

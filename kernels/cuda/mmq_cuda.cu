@@ -56,6 +56,10 @@ struct MmqArgs {
     unsigned blk_end[3]; /* cumulative row blocks per segment (GeGLU: one range for both halves) */
     int n_seg;
     const float *mul;
+    /* MoE groups (gm_cuda_mmq_id): blockIdx.x is group i = columns gcol[2i] .. + gcol[2i+1] - 1 through expert
+     * eid[i], whose rows are e_bytes · eid[i] after W's; gcol NULL: blockIdx.x is 64 columns from 64 · blockIdx.x */
+    const int32_t *eid, *gcol;
+    uint64_t e_bytes;
 };
 
 __device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -266,8 +270,17 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, 1) mmq_kernel(const __grid_con
         const int sg = EPI == GM_CUDA_EPI_GEGLU ? i : s;
         W[i] = a.W[sg], rb[i] = a.row_bytes[sg];
     }
-    const int nkb = K / 32, n_tiles = (nkb + MMQ_KT - 1) / MMQ_KT, n0 = blockIdx.x * MMQ_BN;
-    const int nv = min(MMQ_BN, n - n0), nf = (nv + 7) / 8; /* the block's columns and 8-column fragments */
+    const int nkb = K / 32, n_tiles = (nkb + MMQ_KT - 1) / MMQ_KT;
+    int n0 = blockIdx.x * MMQ_BN, nv = min(MMQ_BN, n - n0); /* the block's columns */
+    if (a.gcol) { /* a MoE group: its expert and columns are the previous kernel's output, read after the wait */
+        gmc_pdl_wait();
+        n0 = a.gcol[2 * blockIdx.x], nv = a.gcol[2 * blockIdx.x + 1];
+        if (nv <= 0) return;
+        const uint64_t off = (uint64_t)a.eid[blockIdx.x] * a.e_bytes;
+#pragma unroll
+        for (int i = 0; i < NA; i++) W[i] += off;
+    }
+    const int nf = (nv + 7) / 8; /* 8-column fragments */
 
     float acc[NA][MMQ_NF][4];
 #pragma unroll
@@ -339,7 +352,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, 1) mmq_kernel(const __grid_con
         for (int e = 0; e < 4; e++) {
             const int64_t row = mb + 16 * wr + g + (e >= 2 ? 8 : 0);
             const int col = n0 + 8 * j + 2 * t + (e & 1);
-            if (row >= M || col >= n) continue;
+            if (row >= M || col - n0 >= nv) continue;
             float v = acc[0][j][e];
             if (EPI == GM_CUDA_EPI_GEGLU) v = __fmul_rn(gmc_gelu_tanh(v), acc[NA - 1][j][e]);
             if (EPI == GM_CUDA_EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), a.mul[(size_t)col * ldy + row]);
@@ -347,8 +360,14 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, 1) mmq_kernel(const __grid_con
         }
 }
 
-extern "C" int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n) {
-    if (!m || m->n_w < 1 || m->n_w > 3 || n < MMQ_MIN_N || n > g_mmq_max_n) return 0;
+extern "C" int gm_cuda_mmq_takes(const gm_cuda_mat *w) {
+    return w && (w->type == GMC_Q4_0 || w->type == GMC_Q8_0) && w->ne0 % 32 == 0 && w->ne1 >= 1 &&
+           w->row_bytes % 4 == 0 && (uintptr_t)w->data % 4 == 0;
+}
+
+/* The matrices the kernel takes: q4_0 or q8_0, one type and width, rows of 4-byte words. */
+static int mmq_shape_ok(const gm_cuda_multi *m) {
+    if (!m || m->n_w < 1 || m->n_w > 3) return 0;
     const int32_t type = m->w[0].type;
     if (type != GMC_Q4_0 && type != GMC_Q8_0) return 0;
     for (int i = 0; i < m->n_w; i++)
@@ -356,6 +375,10 @@ extern "C" int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n) {
             m->w[i].row_bytes % 4 || (uintptr_t)m->w[i].data % 4) /* the weight tiles' cp.async takes 4-byte words */
             return 0;
     return 1;
+}
+
+extern "C" int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n) {
+    return n >= MMQ_MIN_N && n <= g_mmq_max_n && mmq_shape_ok(m);
 }
 
 /* One launch of the (TYPE, EPI, WR) kernel with its shared memory (above the 48 KiB default: opted into once). */
@@ -372,16 +395,15 @@ static void mmq_launch(dim3 grid, cudaStream_t st, const MmqArgs &a, int K, int 
     gmc_launch(mmq_kernel<TYPE, EPI, WR>, grid, MMQ_WARPS * 32, smem, st, a, K, n, xq, xd, a16);
 }
 
-extern "C" int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream) {
-    if (!gm_cuda_mmq_eligible(m, n) || !act || ((uintptr_t)act & 15) ||
-        (m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1)) ||
-        (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
-        return gmc_fail(-1, "mmq: bad arguments");
+/* The launch of m over n columns of act: 64-column blocks, or MoE groups when moe (eid, gcol, e_bytes set). */
+static int mmq_run(const gm_cuda_multi *m, const void *act, int32_t n, const MmqArgs *moe, int32_t n_groups,
+                   cudaStream_t st) {
     const int K = (int)m->w[0].ne0, bm = g_mmq_rows;
     MmqArgs a = {};
+    if (moe) a.eid = moe->eid, a.gcol = moe->gcol, a.e_bytes = moe->e_bytes;
     a.n_seg = m->epi == GM_CUDA_EPI_GEGLU ? 1 : m->n_w, a.mul = m->mul;
     unsigned blocks = 0;
-    int a16 = 1;
+    int a16 = !moe || moe->e_bytes % 16 == 0;
     for (int i = 0; i < m->n_w; i++) {
         a16 = a16 && m->w[i].row_bytes % 16 == 0 && (uintptr_t)m->w[i].data % 16 == 0;
         a.W[i] = (const uint8_t *)m->w[i].data, a.row_bytes[i] = m->w[i].row_bytes, a.M[i] = m->w[i].ne1;
@@ -392,8 +414,7 @@ extern "C" int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_
     if (m->epi == GM_CUDA_EPI_GEGLU) a.y[1] = m->y[0], a.ldy[1] = a.ldy[0]; /* one output for both halves */
     const int8_t *xq = (const int8_t *)act;
     const float *xd = (const float *)((const uint8_t *)act + (((size_t)n * K + 15) & ~(size_t)15));
-    const dim3 grid((unsigned)((n + MMQ_BN - 1) / MMQ_BN), blocks);
-    const cudaStream_t st = (cudaStream_t)stream;
+    const dim3 grid(moe ? (unsigned)n_groups : (unsigned)((n + MMQ_BN - 1) / MMQ_BN), blocks);
 #define GMC_MMQ_WR(T, E)                                                                                        \
     if (bm == 32) mmq_launch<T, E, 2>(grid, st, a, K, n, xq, xd, a16);                                          \
     else mmq_launch<T, E, 4>(grid, st, a, K, n, xq, xd, a16);
@@ -407,4 +428,24 @@ extern "C" int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_
 #undef GMC_MMQ
 #undef GMC_MMQ_WR
     return gmc_check_launch("mmq");
+}
+
+static bool mmq_args_ok(const gm_cuda_multi *m, const void *act) {
+    return act && !((uintptr_t)act & 15) && !(m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1)) &&
+           !(m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul));
+}
+
+extern "C" int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream) {
+    if (!gm_cuda_mmq_eligible(m, n) || !mmq_args_ok(m, act)) return gmc_fail(-1, "mmq: bad arguments");
+    return mmq_run(m, act, n, NULL, 0, (cudaStream_t)stream);
+}
+
+extern "C" int gm_cuda_mmq_id(const gm_cuda_multi *m, uint64_t expert_bytes, const int32_t *eid, const int32_t *gcol,
+                              int32_t n_groups, const void *act, int32_t n, gm_cuda_stream stream) {
+    if (!mmq_shape_ok(m) || !mmq_args_ok(m, act) || !eid || !gcol || n <= 0 || n_groups <= 0 || n_groups > 65535 ||
+        expert_bytes % 4 || m->epi == GM_CUDA_EPI_GELU_MUL)
+        return gmc_fail(-1, "mmq_id: bad arguments");
+    MmqArgs moe = {};
+    moe.eid = eid, moe.gcol = gcol, moe.e_bytes = expert_bytes;
+    return mmq_run(m, act, n, &moe, n_groups, (cudaStream_t)stream);
 }

@@ -116,6 +116,14 @@ int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_
 enum { GM_CUDA_MMQ_MIN_N = 16 };
 int gm_cuda_mmq_eligible(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_mmq_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
+/* The same kernel over MoE groups (gm_cuda_matmul_id's): m holds ONE expert's matrices (expert e's rows at
+ * data + e·expert_bytes), group i multiplies columns gcol[2i] .. + gcol[2i+1] − 1 (at most GM_CUDA_MMQ_GROUP) of
+ * act (n columns in all) through expert eid[i]; groups of 0 columns do nothing. Any batch size; q4_0 / q8_0. */
+enum { GM_CUDA_MMQ_GROUP = 64 };
+/* Whether the int8 kernel takes w (q4_0 / q8_0, rows of 4-byte words). */
+int gm_cuda_mmq_takes(const gm_cuda_mat *w);
+int gm_cuda_mmq_id(const gm_cuda_multi *m, uint64_t expert_bytes, const int32_t *eid, const int32_t *gcol,
+                   int32_t n_groups, const void *act, int32_t n, gm_cuda_stream stream);
 /* Largest batch for the int8 path (beyond it: the f16 cuBLAS path; -1: the default, 0 = off, as it is still slower
  * than the f16 path: mmq_cuda.cu). Process-wide; GEMMAC_CUDA_MMQ_MAX_N sets it when a CUDA backend is created. */
 void gm_cuda_set_mmq_max_n(int n);
@@ -133,6 +141,10 @@ size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
                        size_t scratch_bytes, gm_cuda_stream stream);
 int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes);
+/* y[n][ne1] = x[n][ne0] · Wᵀ for f32 weights in f32 (cublasSgemm; no TF32, so as exact as the mat-vec up to the
+ * order of the sums): f32 matrices over n >= GM_CUDA_GEMM_MIN_N columns, e.g. a GGUF's MoE router in a prefill,
+ * which the mat-vec takes 8 columns a launch. Rows 4-byte aligned. */
+int gm_cuda_sgemm(void *cublas, const gm_cuda_mat *w, const float *x, int32_t n, float *y, gm_cuda_stream stream);
 /* w's rows dequantized to dense f16 at out (ne1 · ne0 · 2 bytes), exactly as the tensor-core path makes them for
  * each product: a copy made once and set as w->f16 gives that path the same weights without the dequantization. */
 int gm_cuda_gemm_weights_f16(const gm_cuda_mat *w, void *out, gm_cuda_stream stream);
@@ -155,13 +167,17 @@ void gm_cuda_set_prep_threads(int threads);
  * expert e's at w->data + e·expert_bytes. x: [n_x][ne0] f32, y: [·][ne1]; eid and gcol on the device.
  *   pairs (gcol NULL): for each p < n_y: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ;
  *   groups (gcol [n_y][2], x_div 1): group i multiplies x rows gcol[2i] .. gcol[2i] + gcol[2i+1] − 1 (at most
- *     GM_CUDA_MOE_GROUP; 0: nothing) through expert eid[i] into the same rows of y. A group's unused columns are
- *     read, never stored: x has GM_CUDA_MOE_GROUP − 1 rows after the last any group uses.
+ *     gm_cuda_moe_group_cols(w); 0: nothing) through expert eid[i] into the same rows of y, on the int8 tensor
+ *     cores (mmq) for q4_0 / q8_0, else the mat-vec. A group's unused columns may be read, never stored: x has
+ *     gm_cuda_moe_group_cols(w, up) − 1 rows after the last any group uses.
  * up: NULL, or a second matrix of w's shape and type (experts expert_bytes apart too) read in the same pass:
  * then y = gelu_tanh(x · W_eᵀ) · (x · UP_eᵀ), the GeGLU of gate w and up.
  * Quantized weights quantize x first, as gm_cuda_matmul: scratch gm_cuda_matmul_scratch_bytes(ne0, n_x).
  * n_y <= 65535. */
 #define GM_CUDA_MOE_GROUP 8
+/* Columns of a MoE group through w (and up): GM_CUDA_MMQ_GROUP when the int8 kernel takes them, else
+ * GM_CUDA_MOE_GROUP (the widest mat-vec). */
+int gm_cuda_moe_group_cols(const gm_cuda_mat *w, const gm_cuda_mat *up);
 int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes, const float *x,
                       int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol, int32_t n_y, float *y,
                       void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
@@ -213,7 +229,8 @@ int gm_cuda_altup_correct(const float *pred, const float *act, const float *c, f
  * [H][2F] matrix, experts 2F·row_bytes apart), GeGLU, down ([F][H], experts H·row_bytes apart), and
  * out[t] = Σ_e w_e · y_e summed in increasing expert index. logits [n][n_expert], x [n][H], out [n][H].
  * A batch with more pairs than experts goes through them in groups (pairs sorted by expert, each expert's
- * weights read once per GM_CUDA_MOE_GROUP pairs); the values are the same either way. n · n_used < 65528.
+ * weights read once per group of up to GM_CUDA_MMQ_GROUP pairs on the int8 tensor cores for q4_0 / q8_0 experts,
+ * else GM_CUDA_MOE_GROUP on the mat-vec); the values agree up to the order of float sums. n · n_used <= 65471.
  * scratch: gm_cuda_moe_scratch_bytes. */
 typedef struct gm_cuda_moe_args {
     const float *logits, *x, *expert_scale;

@@ -372,7 +372,9 @@ static void test_get_rows_gather(void **state) {
 /* ---- rmsnorm, rmsnorm_add ---- */
 static void test_rmsnorm(void **state) {
     (void)state;
-    static const int ds[] = {7, 256, 1000, 2560, 10240};
+    /* rows in registers (up to 1024 threads × 8 values: 2816 is 3 a thread on 939 → 960 threads, 8192 the
+     * largest) and the looping kernel past that (8193, 10240) */
+    static const int ds[] = {7, 256, 1000, 1025, 2560, 2816, 5376, 8192, 8193, 10240};
     int cases = 0;
     for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
         for (int variant = 0; variant < 4; variant++) { /* 0 weight, 1 no weight, 2 in place, 3 add */
@@ -854,11 +856,16 @@ static void test_moe(void **state) {
     run_moe(GM_TYPE_F32, 7, 8, 2, 64, 32, true, false);
     run_moe(GM_TYPE_F32, 5, 16, 4, 96, 64, true, false);
     run_moe(GM_TYPE_F32, 40, 16, 4, 64, 32, true, false);
+    run_moe(GM_TYPE_F32, 24, 8, 2, 72, 40, true, false);   /* rows not a multiple of a block's */
     run_moe(GM_TYPE_F32, 20, 128, 8, 64, 32, true, true);
     run_moe(GM_TYPE_Q8_0, 30, 8, 2, 256, 64, true, false);
-    run_moe(GM_TYPE_Q4_0, 64, 16, 4, 128, 64, true, false);
+    run_moe(GM_TYPE_Q4_0, 64, 16, 4, 128, 64, true, false);  /* q4_0 / q8_0: int8 tensor cores, up to 64 a group */
+    run_moe(GM_TYPE_Q4_0, 200, 4, 2, 256, 128, true, false); /* 100 pairs an expert: groups of 64 and 36 */
+    run_moe(GM_TYPE_Q8_0, 100, 8, 3, 256, 64, false, true);
+    run_moe(GM_TYPE_Q4_0, 200, 4, 2, 256, 96, true, false);  /* down rows of 54 bytes: the mat-vec, groups of 8 */
+    run_moe(GM_TYPE_Q8_0, 100, 8, 3, 288, 64, false, true);  /* gate/up rows of 306 bytes: likewise */
     run_moe(GM_TYPE_Q4_K, 25, 8, 3, 256, 256, false, false);
-    printf("[ cuda     ] moe (routing, chosen experts one by one and in groups, weighted sum): 14 cases pass\n");
+    printf("[ cuda     ] moe (routing, chosen experts one by one and in groups, weighted sum): 19 cases pass\n");
 }
 
 /* ---- fused projections: rmsnorm + quantize in one launch, up to three matrices / GeGLU / gelu·mul in one ----
@@ -1229,6 +1236,45 @@ static void test_gemm(void **state) {
            "1.5e-3 through an epilogue)\n", cases);
 }
 
+/* ---- f32 weights over many columns (cublasSgemm, no TF32) against the product in double: 1e-5 relative to each
+ * output's sum of |terms| (TF32's 10-bit mantissa would miss it by ~100×), rows padded past ne0 ---- */
+static void run_sgemm(void *cublas, int64_t K, int64_t M, int n, int64_t pad) {
+    const int64_t ld = K + pad;
+    float *w = rand_vec((size_t)(M * ld), 1.0f), *x = rand_vec((size_t)n * K, 2.0f), *y = malloc(sizeof(float) * n * M);
+    float *dw = dev_upload(w, sizeof(float) * M * ld), *dx = dev_upload(x, sizeof(float) * n * K), *dy = dev_out((size_t)n * M);
+    const gm_cuda_mat m = {.type = GM_TYPE_F32, .ne0 = K, .ne1 = M, .row_bytes = (uint64_t)ld * 4, .data = dw};
+    CK(gm_cuda_sgemm(cublas, &m, dx, n, dy, NULL));
+    dev_download(y, dy, sizeof(float) * n * M);
+    double *want = malloc(sizeof(double) * M), *tol = malloc(sizeof(double) * M);
+    for (int c = 0; c < n; c++) {
+        for (int64_t r = 0; r < M; r++) {
+            double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const double t = (double)w[r * ld + k] * x[(int64_t)c * K + k];
+                acc += t, mag += fabs(t);
+            }
+            want[r] = acc, tol[r] = 1e-5 * mag;
+        }
+        expect_close("sgemm", y + (int64_t)c * M, want, tol, (size_t)M);
+    }
+    free(w), free(x), free(y), free(want), free(tol);
+    CU(cudaFree(dw)); CU(cudaFree(dx)); CU(cudaFree(dy));
+}
+
+static void test_sgemm(void **state) {
+    (void)state;
+    void *cublas = NULL;
+    CK(gm_cuda_gemm_create(&cublas, NULL, 0));
+    run_sgemm(cublas, 2816, 128, 40, 0); /* a Gemma 4 26B-A4B router over 40 tokens */
+    run_sgemm(cublas, 100, 37, GM_CUDA_GEMM_MIN_N, 3);
+    run_sgemm(cublas, 513, 300, 17, 1);
+    const gm_cuda_mat bad = {.type = GM_TYPE_Q4_0, .ne0 = 32, .ne1 = 1, .row_bytes = 18, .data = (void *)16};
+    float one = 0;
+    assert_int_not_equal(gm_cuda_sgemm(cublas, &bad, &one, 1, &one, NULL), 0); /* f32 weights only */
+    gm_cuda_gemm_destroy(cublas);
+    printf("[ cuda     ] sgemm (f32 weights, many columns): 3 cases pass, a quantized matrix refused\n");
+}
+
 /* ---- attention preparation (q/k/v norms, RoPE, cache store in one launch) against gm_ref_rmsnorm and
  * gm_ref_rope_neox: q 5e-5 absolute (values of magnitude ~ a few), cached k/v the same plus the cache type's
  * rounding (f16: 1e-3 relative); cache slots of other tokens untouched (still the poison). ---- */
@@ -1471,7 +1517,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_sgemm),
         cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
