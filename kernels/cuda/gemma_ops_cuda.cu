@@ -251,7 +251,7 @@ __global__ void moe_route_kernel(const float *__restrict__ logits, int n, int E,
 
 /* Groups (a batch with more pairs than experts): the pairs sorted by expert, pair p to slot inv[p] (perm[slot] = p;
  * the order within an expert is the atomics', which changes no value: each column of a group is computed alone),
- * each expert's slots cut into groups of gs (gm_cuda_moe_group_cols), group i = expert geid[i] over slots gcol[2i]
+ * each expert's slots cut into groups of gs (gm_cuda_matmul_id's width), group i = expert geid[i] over slots gcol[2i]
  * .. + gcol[2i + 1] − 1; groups past the last are empty (0 slots). One block. */
 __global__ void moe_group_kernel(const int32_t *__restrict__ ids, int pairs, int E, int gs, int n_groups,
                                  int32_t *__restrict__ perm, int32_t *__restrict__ inv, int32_t *__restrict__ geid,
@@ -334,6 +334,8 @@ static bool moe_grouped(int64_t pairs, int32_t n_expert) { return pairs > n_expe
 static int64_t moe_max_groups(int64_t pairs, int32_t n_expert, int gs) {
     return (pairs + gs - 1) / gs + (pairs < n_expert ? pairs : n_expert);
 }
+/* Pairs an expert on average from which groups go to the int8 kernel (see gm_cuda_moe). */
+enum { MOE_MMQ_MIN_FILL = 16 };
 /* Padding rows after the slots: a group reads at most its width's columns. */
 enum { MOE_PAD = GM_CUDA_MMQ_GROUP > GM_CUDA_MOE_GROUP ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP };
 
@@ -397,9 +399,13 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
     const uint64_t gu_bytes = (uint64_t)2 * F * a->gate_up.row_bytes, dn_bytes = (uint64_t)H * a->down.row_bytes;
     const bool grp = moe_grouped(pairs, E);
     if (grp) {
-        /* one group width for both products (one group table): the int8 kernel's when it takes both */
-        const int gs = gm_cuda_moe_group_cols(&gate, &up) == GM_CUDA_MMQ_GROUP && gm_cuda_mmq_takes(&a->down)
-                           ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP;
+        /* one group width for both products (one group table): the int8 kernel's when it takes both and the groups
+         * fill its tiles enough. Its cost is per 64-column tile, the mat-vec's per group of 8: at 32 pairs an
+         * expert (pp512 on the 26B-A4B, H200) 1.09 against 2.05 ms a layer; at 4 (64 sequences) 1,837 against
+         * 2,512 tokens/s; even at about 16. */
+        const bool mmq = gm_cuda_mmq_takes(&gate) && gm_cuda_mmq_takes(&up) && gm_cuda_mmq_takes(&a->down) &&
+                         pairs >= MOE_MMQ_MIN_FILL * E;
+        const int gs = mmq ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP;
         const int rows = pairs + MOE_PAD, G = (int)moe_max_groups(pairs, E, gs);
         gmc_launch(moe_group_kernel, 1, 1024, 0, stream, (const int32_t *)m.ids, pairs, E, gs, G, m.perm, m.inv,
                    m.geid, m.gcol);
@@ -407,11 +413,15 @@ extern "C" int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scra
         gmc_launch(moe_gather_kernel, dim3(blocks_for(H > F ? H : F, 256), (unsigned)rows), 256, 0, stream, a->x,
                    (const int32_t *)m.perm, k, pairs, H, F, m.xs, m.g);
         if ((rc = gmc_check_launch("moe gather")) ||
-            (rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, m.xs, rows, 1, m.geid, m.gcol, G, m.g, m.mm, m.mm_bytes, stream)) ||
-            (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, rows, 1, m.geid, m.gcol, G, m.ys, m.mm, m.mm_bytes, stream)))
+            (rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, m.xs, rows, 1, m.geid, m.gcol, gs, G, m.g, m.mm, m.mm_bytes,
+                                    stream)) ||
+            (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, rows, 1, m.geid, m.gcol, gs, G, m.ys, m.mm,
+                                    m.mm_bytes, stream)))
             return rc;
-    } else if ((rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, a->x, n, k, m.ids, NULL, pairs, m.g, m.mm, m.mm_bytes, stream)) ||
-               (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, pairs, 1, m.ids, NULL, pairs, m.ys, m.mm, m.mm_bytes, stream))) {
+    } else if ((rc = gm_cuda_matmul_id(&gate, &up, gu_bytes, a->x, n, k, m.ids, NULL, 0, pairs, m.g, m.mm, m.mm_bytes,
+                                       stream)) ||
+               (rc = gm_cuda_matmul_id(&a->down, NULL, dn_bytes, m.g, pairs, 1, m.ids, NULL, 0, pairs, m.ys, m.mm,
+                                       m.mm_bytes, stream))) {
         return rc;
     }
     gmc_launch(moe_combine_kernel, dim3(blocks_for(H, 128), (unsigned)n), 128, 0, stream, (const float *)m.ys,

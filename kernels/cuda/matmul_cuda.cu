@@ -932,19 +932,19 @@ extern "C" int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int
     return gm_cuda_quantize_act(m->y[0], m->w[0].ne1, n, nx->act_type, nx->out, stream);
 }
 
-extern "C" int gm_cuda_moe_group_cols(const gm_cuda_mat *w, const gm_cuda_mat *up) {
-    return gm_cuda_mmq_takes(w) && (!up || gm_cuda_mmq_takes(up)) ? GM_CUDA_MMQ_GROUP : GM_CUDA_MOE_GROUP;
-}
-
 extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes,
                                  const float *x, int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol,
-                                 int32_t n_y, float *y, void *scratch, size_t scratch_bytes, gm_cuda_stream stream) {
+                                 int32_t gw, int32_t n_y, float *y, void *scratch, size_t scratch_bytes,
+                                 gm_cuda_stream stream) {
     int rc = check_mat(w, "matmul_id");
     if (!rc && up) rc = check_mat(up, "matmul_id");
     if (rc) return rc;
     if (up && (up->type != w->type || up->ne0 != w->ne0 || up->ne1 != w->ne1 || up->row_bytes != w->row_bytes))
         return gmc_fail(-1, "matmul_id: up is not gate's shape and type");
-    const bool bad_shape = gcol ? x_div != 1 || n_x < GM_CUDA_MOE_GROUP : (int64_t)n_y > (int64_t)n_x * x_div;
+    const bool mmq = gcol && gw == GM_CUDA_MMQ_GROUP;
+    const bool bad_groups = gcol && (x_div != 1 || n_x < gw || (gw != GM_CUDA_MOE_GROUP && !mmq) ||
+                                     (mmq && !(gm_cuda_mmq_takes(w) && (!up || gm_cuda_mmq_takes(up)))));
+    const bool bad_shape = gcol ? bad_groups : (int64_t)n_y > (int64_t)n_x * x_div;
     if (!x || !eid || !y || n_x <= 0 || x_div <= 0 || n_y <= 0 || n_y > 65535 || bad_shape)
         return gmc_fail(-1, "matmul_id: bad arguments (n_x %d, x_div %d, %d %s)", n_x, x_div, n_y,
                         gcol ? "groups" : "pairs");
@@ -958,7 +958,7 @@ extern "C" int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, ui
                         gm_cuda_matmul_scratch_bytes(w->ne0, n_x));
     rc = gm_cuda_quantize_act(x, w->ne0, n_x, gm_cuda_act_type(w->type), scratch, stream);
     if (rc) return rc;
-    if (gcol && gm_cuda_moe_group_cols(w, up) == GM_CUDA_MMQ_GROUP) { /* groups on the int8 tensor cores */
+    if (mmq) { /* groups on the int8 tensor cores */
         gm_cuda_multi m = {};
         m.n_w = n_seg, m.w[0] = *w, m.y[0] = y, m.epi = up ? GM_CUDA_EPI_GEGLU : GM_CUDA_EPI_STORE;
         if (up) m.w[1] = *up, m.y[1] = y;

@@ -3,7 +3,9 @@
  * and short-batch path. Owns: the kernel, its eligibility and its knobs (largest batch, rows per block). The
  * activations come quantized to q8_0 blocks exactly as for the matvec (gm_cuda_prepare_act / gm_cuda_quantize_act:
  * int8 xq[n][K], float xd[n][K/32] at align16(n·K)), so every block's integer dot product is the CPU's and only the
- * float summation order differs. Leaves to others: which batches come here (gm_cuda_matmul_multi), longer batches
+ * float summation order differs. Also the MoE groups of q4_0 / q8_0 experts (gm_cuda_mmq_id, for
+ * gm_cuda_matmul_id): a block's expert and columns from the group table, its weights at the expert's offset.
+ * Leaves to others: which batches come here (gm_cuda_matmul_multi, gm_cuda_moe), longer dense batches
  * (gemm_cuda.cu: cuBLAS on f16).
  *
  * The shape: one mma.sync.m16n8k32 (s8 × s8 -> s32) per 32-value block: a block of K is exactly one q4_0 / q8_0

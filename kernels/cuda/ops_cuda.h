@@ -166,21 +166,18 @@ void gm_cuda_set_prep_threads(int threads);
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,
  * expert e's at w->data + e·expert_bytes. x: [n_x][ne0] f32, y: [·][ne1]; eid and gcol on the device.
  *   pairs (gcol NULL): for each p < n_y: y[p][:] = x[p / x_div] · W_{eid[p]}ᵀ;
- *   groups (gcol [n_y][2], x_div 1): group i multiplies x rows gcol[2i] .. gcol[2i] + gcol[2i+1] − 1 (at most
- *     gm_cuda_moe_group_cols(w); 0: nothing) through expert eid[i] into the same rows of y, on the int8 tensor
- *     cores (mmq) for q4_0 / q8_0, else the mat-vec. A group's unused columns may be read, never stored: x has
- *     gm_cuda_moe_group_cols(w, up) − 1 rows after the last any group uses.
+ *   groups (gcol [n_y][2], x_div 1, width gw): group i multiplies x rows gcol[2i] .. gcol[2i] + gcol[2i+1] − 1
+ *     (at most gw; 0: nothing) through expert eid[i] into the same rows of y: gw GM_CUDA_MOE_GROUP on the mat-vec,
+ *     GM_CUDA_MMQ_GROUP on the int8 tensor cores (q4_0 / q8_0: gm_cuda_mmq_takes). A group's unused columns may
+ *     be read, never stored: x has gw − 1 rows after the last any group uses.
  * up: NULL, or a second matrix of w's shape and type (experts expert_bytes apart too) read in the same pass:
  * then y = gelu_tanh(x · W_eᵀ) · (x · UP_eᵀ), the GeGLU of gate w and up.
  * Quantized weights quantize x first, as gm_cuda_matmul: scratch gm_cuda_matmul_scratch_bytes(ne0, n_x).
  * n_y <= 65535. */
 #define GM_CUDA_MOE_GROUP 8
-/* Columns of a MoE group through w (and up): GM_CUDA_MMQ_GROUP when the int8 kernel takes them, else
- * GM_CUDA_MOE_GROUP (the widest mat-vec). */
-int gm_cuda_moe_group_cols(const gm_cuda_mat *w, const gm_cuda_mat *up);
 int gm_cuda_matmul_id(const gm_cuda_mat *w, const gm_cuda_mat *up, uint64_t expert_bytes, const float *x,
-                      int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol, int32_t n_y, float *y,
-                      void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
+                      int32_t n_x, int32_t x_div, const int32_t *eid, const int32_t *gcol, int32_t gw, int32_t n_y,
+                      float *y, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 /* ---- row ops ---- */
 /* out[i][:] = row ids[i] of table, dequantized, times scale; an id outside [0, ne1) reads row 0. ids: [n]
@@ -229,8 +226,9 @@ int gm_cuda_altup_correct(const float *pred, const float *act, const float *c, f
  * [H][2F] matrix, experts 2F·row_bytes apart), GeGLU, down ([F][H], experts H·row_bytes apart), and
  * out[t] = Σ_e w_e · y_e summed in increasing expert index. logits [n][n_expert], x [n][H], out [n][H].
  * A batch with more pairs than experts goes through them in groups (pairs sorted by expert, each expert's
- * weights read once per group of up to GM_CUDA_MMQ_GROUP pairs on the int8 tensor cores for q4_0 / q8_0 experts,
- * else GM_CUDA_MOE_GROUP on the mat-vec); the values agree up to the order of float sums. n · n_used <= 65471.
+ * weights read once per group): of up to GM_CUDA_MMQ_GROUP pairs on the int8 tensor cores when they take the
+ * experts (q4_0 / q8_0) and the batch has 16 pairs an expert or more, else of GM_CUDA_MOE_GROUP on the mat-vec;
+ * the values agree up to the order of float sums. n · n_used <= 65471.
  * scratch: gm_cuda_moe_scratch_bytes. */
 typedef struct gm_cuda_moe_args {
     const float *logits, *x, *expert_scale;

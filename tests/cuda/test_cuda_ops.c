@@ -859,13 +859,14 @@ static void test_moe(void **state) {
     run_moe(GM_TYPE_F32, 24, 8, 2, 72, 40, true, false);   /* rows not a multiple of a block's */
     run_moe(GM_TYPE_F32, 20, 128, 8, 64, 32, true, true);
     run_moe(GM_TYPE_Q8_0, 30, 8, 2, 256, 64, true, false);
-    run_moe(GM_TYPE_Q4_0, 64, 16, 4, 128, 64, true, false);  /* q4_0 / q8_0: int8 tensor cores, up to 64 a group */
+    run_moe(GM_TYPE_Q4_0, 30, 16, 4, 128, 64, true, false);  /* q4_0, under 16 pairs an expert: the mat-vec */
+    run_moe(GM_TYPE_Q4_0, 64, 16, 4, 128, 64, true, false);  /* 16 or more: int8 tensor cores, up to 64 a group */
     run_moe(GM_TYPE_Q4_0, 200, 4, 2, 256, 128, true, false); /* 100 pairs an expert: groups of 64 and 36 */
     run_moe(GM_TYPE_Q8_0, 100, 8, 3, 256, 64, false, true);
     run_moe(GM_TYPE_Q4_0, 200, 4, 2, 256, 96, true, false);  /* down rows of 54 bytes: the mat-vec, groups of 8 */
     run_moe(GM_TYPE_Q8_0, 100, 8, 3, 288, 64, false, true);  /* gate/up rows of 306 bytes: likewise */
     run_moe(GM_TYPE_Q4_K, 25, 8, 3, 256, 256, false, false);
-    printf("[ cuda     ] moe (routing, chosen experts one by one and in groups, weighted sum): 19 cases pass\n");
+    printf("[ cuda     ] moe (routing, chosen experts one by one and in groups, weighted sum): 20 cases pass\n");
 }
 
 /* ---- fused projections: rmsnorm + quantize in one launch, up to three matrices / GeGLU / gelu·mul in one ----
