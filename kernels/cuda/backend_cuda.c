@@ -1219,6 +1219,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
     if (af && *af) gm_cuda_set_attn_fill(atoi(af));
+    const char *ms = getenv("GEMMAC_CUDA_MMV_SPLIT"); /* mat-vec rows split over warps: ks[,min_k] */
+    if (ms && *ms) gm_cuda_set_mmv_split(atoi(ms), strchr(ms, ',') ? atoi(strchr(ms, ',') + 1) : 8192);
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */
     if (pt && *pt) gm_cuda_set_prep_threads(atoi(pt));
     const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */

@@ -275,17 +275,17 @@ struct MvArgs {
  * Weights are immutable, so their rows are hinted into L2 before gmc_pdl_wait (overlapping the kernel before) and
  * pre() (the kernel's first weight loads into registers) runs before it too, unless the rows depend on MoE expert
  * ids: those are activations, read after the wait, and pre() is then not called. Returns with gmc_pdl_wait done. */
-template <int R, int EPI, class Pre>
+template <int R, int EPI, class Pre, int KS = 1>
 __device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int &s, int64_t &row0,
                                         const uint8_t *rows[R], Pre pre) {
-    constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R; /* rows of each matrix per warp */
+    constexpr int RS = EPI == EPI_GEGLU ? R / 2 : R; /* rows of each matrix per warp (KS warps share them) */
     unsigned blk = blockIdx.x;
     s = 0;
     if (EPI != EPI_GEGLU)
         while (s + 1 < a.n_seg && blk >= a.blk_end[s]) s++;
     if (s) blk -= a.blk_end[s - 1];
     const int64_t M = a.M[s];
-    row0 = ((int64_t)blk * 4 + warp) * RS;
+    row0 = ((int64_t)blk * (4 / KS) + warp / KS) * RS;
     if (row0 >= M) {
         gmc_pdl_wait();
         return false;
@@ -323,6 +323,30 @@ __device__ __forceinline__ MvCols mv_cols(const MvArgs &a) {
     if (!a.gcol) return MvCols{(int64_t)(blockIdx.y / a.x_div), (int64_t)blockIdx.y, 1};
     const int64_t c0 = a.gcol[2 * blockIdx.y];
     return MvCols{c0, c0, a.gcol[2 * blockIdx.y + 1]};
+}
+
+/* A row split over KS warps of a block (KS > 1: R = 1, one matrix; 4 / KS rows a block, warps w .. w + KS - 1 on
+ * one row): each warp summed every KS-th step of the row's items; their warp sums are added in warp order through
+ * shared memory and left in lane 0 of the row's first warp (its other lanes 0), so that mv_store's warp sum gives
+ * the row. false for the warps that store nothing. Every thread of the block calls it. */
+template <int N, int KS>
+__device__ __forceinline__ bool mv_split_sum(float (&acc)[1][N], int warp, int lane) {
+    __shared__ float part[4][N];
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+        const float v = gmc_warp_sum(acc[0][c]);
+        if (lane == 0) part[warp][c] = v;
+    }
+    __syncthreads();
+    if (warp % KS) return false;
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+        float t = part[warp][c];
+#pragma unroll
+        for (int k = 1; k < KS; k++) t += part[warp + k][c];
+        acc[0][c] = lane == 0 ? t : 0.0f;
+    }
+    return true;
 }
 
 template <int R, int N, int EPI>
@@ -385,10 +409,13 @@ __device__ __forceinline__ void mv_quant_next(const MvArgs &a) {
 
 /* ---------------------------------------------------------------------------------------------------------
  * Quantized matvec. Grid: ceil(M / (4R)) blocks of 128 threads. y is [N][ldy]. */
-template <class T, int R, int N, int EPI>
+template <class T, int R, int N, int EPI, int KS = 1>
 __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArgs a, int K,
                                                    const int8_t *__restrict__ xq, const float *__restrict__ xds) {
+    static_assert(KS == 1 || KS == 2 || KS == 4, "a block's 4 warps split rows evenly");
+    static_assert(KS == 1 || (R == 1 && EPI != EPI_GEGLU), "a split row is one row of one matrix");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kl = (warp % KS) * 32 + lane; /* the lane's first item: KS warps split a row's items */
     const uint8_t *rows[R];
     int s;
     int64_t row0;
@@ -400,14 +427,15 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
     float ws[U][R][T::SPANS], wm[U][R][T::SPANS];
     bool first_loaded = false; /* the first step's weights, loaded before the wait (a 2560-wide q4_0 row has 2.5
                                   steps per lane: 40% of a small product's weights are in registers when it starts) */
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows, [&] {
-            if (lane < n_items) {
+    auto pre = [&] {
+        if (kl < n_items) {
 #pragma unroll
-                for (int r = 0; r < R; r++) T::load(rows[r], lane, w[0][r], ws[0][r], wm[0][r]);
-                first_loaded = true;
-            }
-        })) {
-        if (a.nq) mv_quant_next<R, N, EPI>(a);
+            for (int r = 0; r < R; r++) T::load(rows[r], kl, w[0][r], ws[0][r], wm[0][r]);
+            first_loaded = true;
+        }
+    };
+    if (!mv_rows<R, EPI, decltype(pre), KS>(a, warp, lane, s, row0, rows, pre)) {
+        if (KS == 1 && a.nq) mv_quant_next<R, N, EPI>(a);
         return;
     }
     const int kb = K >> T::ACT_SHIFT; /* activation scales per column */
@@ -421,17 +449,17 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
 
-    for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
+    for (int it0 = kl; it0 < n_items; it0 += 32 * KS * U) {
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (it0 + 32 * u < n_items && !(first_loaded && it0 + 32 * u == lane))
+            if (it0 + 32 * KS * u < n_items && !(first_loaded && it0 + 32 * KS * u == kl))
 #pragma unroll
-                for (int r = 0; r < R; r++) T::load(rows[r], it0 + 32 * u, w[u][r], ws[u][r], wm[u][r]);
+                for (int r = 0; r < R; r++) T::load(rows[r], it0 + 32 * KS * u, w[u][r], ws[u][r], wm[u][r]);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (it0 + 32 * u >= n_items) break;
+            if (it0 + 32 * KS * u >= n_items) break;
             int off[T::SPANS];
-            T::act_off(it0 + 32 * u, off);
+            T::act_off(it0 + 32 * KS * u, off);
 #pragma unroll
             for (int c = 0; c < N; c++) {
 #pragma unroll
@@ -459,8 +487,11 @@ __global__ void __launch_bounds__(128) mmvq_kernel(const __grid_constant__ MvArg
             }
         }
     }
+    if constexpr (KS > 1) {
+        if (!mv_split_sum<N, KS>(acc, warp, lane)) return;
+    }
     mv_store<R, N, EPI>(a, s, row0, lane, acc, cols);
-    if (a.nq) mv_quant_next<R, N, EPI>(a);
+    if (KS == 1 && a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -491,10 +522,12 @@ __device__ __forceinline__ void load_fw(const uint8_t *row, int it, float w[VEC]
     }
 }
 
-template <int TYPE, int VEC, int R, int N, int EPI>
+template <int TYPE, int VEC, int R, int N, int EPI, int KS = 1>
 __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArgs a, int K,
                                                    const float *__restrict__ x) {
+    static_assert(KS == 1 || (R == 1 && EPI != EPI_GEGLU), "a split row is one row of one matrix");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kl = (warp % KS) * 32 + lane; /* the lane's first item: KS warps split a row's items */
     const uint8_t *rows[R];
     int s;
     int64_t row0;
@@ -502,14 +535,15 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
     constexpr int U = 1; /* as mmvq_kernel, and as there the first step's weights before the wait */
     float w[U][R][VEC];
     bool first_loaded = false;
-    if (!mv_rows<R, EPI>(a, warp, lane, s, row0, rows, [&] {
-            if (lane < n_items) {
+    auto pre = [&] {
+        if (kl < n_items) {
 #pragma unroll
-                for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], lane, w[0][r]);
-                first_loaded = true;
-            }
-        })) {
-        if (a.nq) mv_quant_next<R, N, EPI>(a);
+            for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], kl, w[0][r]);
+            first_loaded = true;
+        }
+    };
+    if (!mv_rows<R, EPI, decltype(pre), KS>(a, warp, lane, s, row0, rows, pre)) {
+        if (KS == 1 && a.nq) mv_quant_next<R, N, EPI>(a);
         return;
     }
     const MvCols cols = mv_cols<N>(a); /* as mmvq_kernel */
@@ -520,15 +554,15 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < N; c++) acc[r][c] = 0.0f;
-    for (int it0 = lane; it0 < n_items; it0 += 32 * U) {
+    for (int it0 = kl; it0 < n_items; it0 += 32 * KS * U) {
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (it0 + 32 * u < n_items && !(first_loaded && it0 + 32 * u == lane))
+            if (it0 + 32 * KS * u < n_items && !(first_loaded && it0 + 32 * KS * u == kl))
 #pragma unroll
-                for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], it0 + 32 * u, w[u][r]);
+                for (int r = 0; r < R; r++) load_fw<TYPE, VEC>(rows[r], it0 + 32 * KS * u, w[u][r]);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int it = it0 + 32 * u;
+            const int it = it0 + 32 * KS * u;
             if (it >= n_items) break;
 #pragma unroll
             for (int c = 0; c < N; c++) {
@@ -548,8 +582,11 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
             }
         }
     }
+    if constexpr (KS > 1) {
+        if (!mv_split_sum<N, KS>(acc, warp, lane)) return;
+    }
     mv_store<R, N, EPI>(a, s, row0, lane, acc, cols);
-    if (a.nq) mv_quant_next<R, N, EPI>(a);
+    if (KS == 1 && a.nq) mv_quant_next<R, N, EPI>(a);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -557,6 +594,11 @@ __global__ void __launch_bounds__(128) mmvf_kernel(const __grid_constant__ MvArg
 static int g_mmv_rows = 0;   /* 0: default choice */
 
 extern "C" void gm_cuda_set_mmv_rows(int rows) { g_mmv_rows = rows == 1 || rows == 2 || rows == 4 ? rows : 0; }
+static int g_mmv_split_ks = 0, g_mmv_split_min_k = 0; /* 0: mv_split_rows' defaults */
+extern "C" void gm_cuda_set_mmv_split(int ks, int min_k) {
+    g_mmv_split_ks = ks == 1 || ks == 2 || ks == 4 ? ks : 0;
+    g_mmv_split_min_k = min_k >= 0 ? min_k : 0;
+}
 
 /* Rows per warp, from the H200 sweep (bench/cuda_bench.cu, BENCHMARKS.md): at n = 1, 2 rows pay only on short,
  * tall matrices of the densest types (K <= 4096, M >= 8192: q4_0 / q4_K / float 2560->10240 and the LM head:
@@ -612,21 +654,21 @@ extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_
 }
 
 /* ---- launching: segments -> MvArgs, then the template for (type, rows per warp, columns, epilogue) ---- */
-template <class T, int R, int EPI>
+template <class T, int R, int EPI, int KS = 1>
 static void launch_q_re(const MvArgs &a, dim3 grid, int K, const int8_t *q, const float *ds, int n, cudaStream_t s) {
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: gmc_launch(mmvq_kernel<T, R, NN, EPI>, grid, 128, 0, s, a, K, q, ds); break;
+    case NN: gmc_launch(mmvq_kernel<T, R, NN, EPI, KS>, grid, 128, 0, s, a, K, q, ds); break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
 }
 
-template <int TYPE, int VEC, int R, int EPI>
+template <int TYPE, int VEC, int R, int EPI, int KS = 1>
 static void launch_f_re(const MvArgs &a, dim3 grid, int K, const float *x, int n, cudaStream_t s) {
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: gmc_launch(mmvf_kernel<TYPE, VEC, R, NN, EPI>, grid, 128, 0, s, a, K, x); break;
+    case NN: gmc_launch(mmvf_kernel<TYPE, VEC, R, NN, EPI, KS>, grid, 128, 0, s, a, K, x); break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
@@ -642,6 +684,10 @@ struct MvAct {
 
 template <class T, int EPI>
 static void launch_q_e(const MvArgs &a, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if constexpr (EPI == EPI_STORE) {
+        if (rs == -2) return launch_q_re<T, 1, EPI, 2>(a, g, K, x.q, x.ds, n, s); /* split rows (mv_run) */
+        if (rs == -4) return launch_q_re<T, 1, EPI, 4>(a, g, K, x.q, x.ds, n, s);
+    }
     if constexpr (EPI == EPI_GEGLU) { /* rows of both halves per warp: 2 or 4 */
         if (rs == 1) launch_q_re<T, 2, EPI>(a, g, K, x.q, x.ds, n, s);
         else launch_q_re<T, 4, EPI>(a, g, K, x.q, x.ds, n, s);
@@ -654,6 +700,10 @@ static void launch_q_e(const MvArgs &a, int rs, dim3 g, int K, const MvAct &x, i
 
 template <int TYPE, int VEC, int EPI>
 static void launch_f_e(const MvArgs &a, int rs, dim3 g, int K, const MvAct &x, int n, cudaStream_t s) {
+    if constexpr (TYPE == GMC_F32 && EPI == EPI_STORE) {
+        if (rs == -2) return launch_f_re<TYPE, VEC, 1, EPI, 2>(a, g, K, x.x, n, s); /* split rows (mv_run) */
+        if (rs == -4) return launch_f_re<TYPE, VEC, 1, EPI, 4>(a, g, K, x.x, n, s);
+    }
     if constexpr (EPI == EPI_GEGLU) {
         if (rs == 1) launch_f_re<TYPE, VEC, 2, EPI>(a, g, K, x.x, n, s);
         else launch_f_re<TYPE, VEC, 4, EPI>(a, g, K, x.x, n, s);
@@ -685,6 +735,21 @@ static int float_vec_ok(const gm_cuda_mat *w, const float *x) {
            w->row_bytes == (uint64_t)w->ne0 * esz;
 }
 
+/* How many warps of a block share a row (1, 2 or 4: 4 / KS rows a block, each warp every KS-th step of a row's
+ * items) instead of a warp a row: for long rows on few rows, where a warp a row leaves too few warps to hide the
+ * latency of its dependent steps. Default: f32 matrices of at most 4096 rows of 1024+ values, 4 (a MoE router:
+ * 128 x 2816 took 11 steps a lane on 32 blocks, 10 us of the H200's critical path; split, 4.8 us); quantized rows
+ * 1 (E4B's down projection, 2560 x 10240 q4_0, runs at 29% occupancy and 1 TB/s under Nsight Compute, yet split 4
+ * ways it made tg128 slower: BENCHMARKS.md). gm_cuda_set_mmv_split(ks, min_k) splits quantized and f32 rows of
+ * min_k+ values ks ways instead. Plain stores only (no GeGLU / gelu-mul epilogue, no next-op quantization, no MoE
+ * indexing); the choice does not depend on the number of columns, so a column's sums are added in the same order
+ * at every batch size. */
+static int mv_split_rows(int type, int epi, int64_t K, int64_t m_max, bool moe, bool next) {
+    if (epi != EPI_STORE || moe || next || !(type == GMC_F32 || is_quant(type))) return 1; /* no such build */
+    if (g_mmv_split_ks) return K >= g_mmv_split_min_k ? g_mmv_split_ks : 1;
+    return type == GMC_F32 && m_max <= 4096 && K >= 1024 ? 4 : 1;
+}
+
 /* Expert indexing of a launch (MvArgs' eid, gcol, e_bytes, x_div): n_y blocks in grid.y, pairs or groups. */
 struct MvMoe {
     const int32_t *eid, *gcol;
@@ -708,6 +773,8 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     /* rows per warp: a MoE group reads its N columns once for rs rows, as a batch of N */
     int rs = eid && !moe->gcol ? 1 : default_rows(type, moe ? MV_GROUP : n < 8 ? n : 8, K, m_max);
     if (epi == EPI_GEGLU && rs > 2) rs = 2;
+    const int ks = mv_split_rows(type, epi, K, m_max, eid != NULL, nx && nx->kind);
+    if (ks > 1) rs = 1;
     MvArgs a = {};
     a.n_seg = n_seg, a.mul = mul;
     if (moe) a.eid = moe->eid, a.gcol = moe->gcol, a.e_bytes = moe->e_bytes, a.x_div = moe->x_div;
@@ -715,7 +782,7 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     for (int i = 0; i < n_seg; i++) {
         a.W[i] = (const uint8_t *)w[i]->data, a.row_bytes[i] = w[i]->row_bytes, a.M[i] = w[i]->ne1;
         a.y[i] = y[i], a.ldy[i] = w[i]->ne1;
-        if (epi != EPI_GEGLU || i == 0) blocks += (unsigned)((w[i]->ne1 + 4 * rs - 1) / (4 * rs));
+        if (epi != EPI_GEGLU || i == 0) blocks += (unsigned)((w[i]->ne1 * ks + 4 * rs - 1) / (4 * rs));
         a.blk_end[i] = blocks;
     }
     const dim3 grid(blocks, moe ? (unsigned)moe->n_y : 1u);
@@ -742,15 +809,15 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
         MvAct xc = {act.q ? act.q + (size_t)c0 * K : NULL, act.ds ? act.ds + (size_t)c0 * kb : NULL,
                     act.x ? act.x + (size_t)c0 * K : NULL};
         switch (type) {
-        case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
         case GMC_F32:
-            if (vec) launch_f<GMC_F32, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
-            else launch_f<GMC_F32, 1>(ac, epi, rs, grid, (int)K, xc, nc, s);
+            if (vec) launch_f<GMC_F32, 8>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s);
+            else launch_f<GMC_F32, 1>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s);
             break;
         case GMC_F16:
             if (vec) launch_f<GMC_F16, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
@@ -841,13 +908,15 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, _
     if (threadIdx.x == 0) col_scale[c] = ldexpf(1.0f, e);
 }
 
-/* Threads of act_prep_reg_kernel's block: 1024 (a warp per 32-value block up to 32 warps) keeps VPL small but
- * needs a whole SM's registers, so under PDL it cannot start until an SM has drained completely; 256 fits beside
- * the blocks of the kernel before it, but its one block per row then runs 4x the values a lane: measured on the
- * H200 (E4B q4_0 tg128), 256 threads 238.7 t/s against 290.4 with 1024, so 1024 is the default. 0: the built-in
- * choice (gm_cuda_set_prep_threads). */
+/* Most threads in act_prep_reg_kernel's block (a multiple of 32, 32 .. 1024): a warp per 32-value block up to
+ * that many warps. 1024 (32 warps) keeps the values a lane holds small but needs most of an SM's registers, so under
+ * PDL it cannot start until an SM has drained; 256 fits beside the blocks of the kernel before it, but its one block
+ * per row then runs 4x the values a lane: measured on the H200 (E4B q4_0 tg128), 256 threads 238.7 t/s against
+ * 290.4 with 1024. 0: the built-in choice (gm_cuda_set_prep_threads). */
 static int g_prep_threads = 0;
-extern "C" void gm_cuda_set_prep_threads(int threads) { g_prep_threads = threads == 256 || threads == 1024 ? threads : 0; }
+extern "C" void gm_cuda_set_prep_threads(int threads) {
+    g_prep_threads = threads >= 32 && threads <= 1024 && threads % 32 == 0 ? threads : 0;
+}
 
 /* act_prep_reg_kernel for rows of K a multiple of 32 and at most 32 · 32 · 8 values (at 16 values a lane the
  * 1024-thread kernel spills: 664 bytes of stack; the 256-thread one has the registers for 16); false (nothing
@@ -858,9 +927,9 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
     if (in->K % 32 != 0 || nb > 32 * 8) return false;
     const dim3 grid((unsigned)in->n);
     const size_t smem = act_type == GMC_Q8_K ? (size_t)in->K * sizeof(float) : 0; /* the row, at most 32 KB */
-    const int threads = g_prep_threads ? g_prep_threads : 1024;
-    if (threads == 256 && nb <= 8 * 16) {
-        const int warps = nb < 8 ? (int)nb : 8, vpl = (int)((nb + warps - 1) / warps);
+    const int max_warps = (g_prep_threads ? g_prep_threads : 1024) / 32;
+    int warps = nb < max_warps ? (int)nb : max_warps, vpl = (int)((nb + warps - 1) / warps);
+    if (warps <= 8 && vpl <= 16) { /* the 256-thread build: registers for up to 16 values a lane */
 #define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
         if (vpl <= 1) GMC_PREP(1);
         else if (vpl <= 2) GMC_PREP(2);
@@ -870,7 +939,7 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
 #undef GMC_PREP
         return true;
     }
-    const int warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps);
+    if (vpl > 8) warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps); /* too few warps asked */
 #define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
     if (vpl <= 1) GMC_PREP(1);
     else if (vpl <= 2) GMC_PREP(2);

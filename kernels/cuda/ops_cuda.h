@@ -154,13 +154,17 @@ void gm_cuda_gemm_destroy(void *cublas);
 /* Rows per warp of the matvec kernels (1, 2 or 4); 0: the built-in choice. Process-wide; for benchmarks and
  * tests. */
 void gm_cuda_set_mmv_rows(int rows);
+/* Mat-vec rows of f32 or quantized weights with min_k or more values split over ks warps of a block (1, 2, 4; ks 0:
+ * the defaults of matmul_cuda.cu's mv_split_rows). Process-wide; GEMMAC_CUDA_MMV_SPLIT=ks[,min_k] (min_k default
+ * 8192) sets it when a CUDA backend is created. For tests and benchmarks. */
+void gm_cuda_set_mmv_split(int ks, int min_k);
 /* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
  * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
 void gm_cuda_set_pdl(int on);
 /* Blocks per SM the attention splits aim for (default 16; 1..64). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
  * a CUDA backend is created. For benchmarks and tests. */
 void gm_cuda_set_attn_fill(int blocks_per_sm);
-/* Threads per row of the projection-input preparation (256 or 1024; 0: the built-in choice, 1024). Process-wide; GEMMAC_CUDA_PREP_THREADS sets it when a CUDA backend is created. For benchmarks. */
+/* Most threads per row of the projection-input preparation (a multiple of 32, 32 .. 1024; 0: the built-in choice). Process-wide; GEMMAC_CUDA_PREP_THREADS sets it when a CUDA backend is created. For benchmarks. */
 void gm_cuda_set_prep_threads(int threads);
 
 /* Expert-indexed matmul (MoE): w describes ONE expert's matrix (ne0 × ne1, rows row_bytes apart) at w->data,

@@ -299,7 +299,9 @@ static void test_matmul(void **state) {
             }
         if (!is_quant(k_types[ti])) { /* rows not a multiple of 8: the scalar-load kernel */
             run_matmul(k_types[ti], 100, 33, 1), run_matmul(k_types[ti], 100, 33, 5);
-            cases += 2;
+            /* f32: a row split over a block's warps from K = 1024 (the MoE router's 2816 x 128), aligned or not */
+            run_matmul(k_types[ti], 2816, 128, 1), run_matmul(k_types[ti], 1030, 33, 3);
+            cases += 4;
         }
     }
     /* every rows-per-warp variant, with and without programmatic dependent launch, on one shape per type (K =
@@ -312,6 +314,14 @@ static void test_matmul(void **state) {
         }
     gm_cuda_set_mmv_rows(0);
     gm_cuda_set_pdl(-1);
+    /* rows split over 2 or 4 warps of a block (f32 and quantized weights; the others ignore it) */
+    for (int ks = 2; ks <= 4; ks += 2) {
+        gm_cuda_set_mmv_split(ks, 0);
+        for (int ti = 0; ti < N_TYPES; ti++)
+            for (int nn = 1; nn <= 8; nn += 7)
+                run_matmul(k_types[ti], 1280, 37, nn), run_matmul(k_types[ti], 256, 7, nn), cases += 2;
+    }
+    gm_cuda_set_mmv_split(0, 0);
     printf("[ cuda     ] matmul: %d cases pass; relative error vs exact f32 product (GPU / CPU reference path), "
            "GPU vs CPU reference path:\n", cases);
     for (int ti = 0; ti < N_TYPES; ti++)
@@ -1023,6 +1033,17 @@ static void test_fused_proj(void **state) {
     }
     gm_cuda_set_mmq_rows(-1);
     gm_cuda_set_mmq_max_n(-1);
+    /* the preparation's block at every width it takes for a 2560-wide row (80 warps of values: 3 to 10 a lane,
+     * both kernel builds) and beyond the 256-thread build's reach (8192) */
+    static const int prep_threads[] = {64, 256, 512, 640, 1024};
+    for (size_t p = 0; p < sizeof prep_threads / sizeof prep_threads[0]; p++) {
+        gm_cuda_set_prep_threads(prep_threads[p]);
+        for (int t = 0; t < 3; t++)
+            for (int K = 2560; K <= 8192; K += 8192 - 2560)
+                run_fused_proj(t == 0 ? GM_TYPE_Q4_0 : t == 1 ? GM_TYPE_Q4_K : GM_TYPE_BF16, K, 2, GM_CUDA_EPI_STORE,
+                               true, true), cases++;
+    }
+    gm_cuda_set_prep_threads(0);
     printf("[ cuda     ] fused residual + rmsnorm + quantize and multi-matrix / GeGLU / gelu-mul matvec: %d cases "
            "pass (per column, relative in norm vs the CPU reference path: 2e-5; 2.5e-3 with a norm or residual)\n",
            cases);
