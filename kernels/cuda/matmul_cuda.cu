@@ -775,6 +775,7 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
     if (epi == EPI_GEGLU && rs > 2) rs = 2;
     const int ks = mv_split_rows(type, epi, K, m_max, eid != NULL, nx && nx->kind);
     if (ks > 1) rs = 1;
+    const int rsl = ks > 1 ? -ks : rs; /* what the launchers take: rows per warp, or -KS for a row split KS ways */
     MvArgs a = {};
     a.n_seg = n_seg, a.mul = mul;
     if (moe) a.eid = moe->eid, a.gcol = moe->gcol, a.e_bytes = moe->e_bytes, a.x_div = moe->x_div;
@@ -809,15 +810,15 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
         MvAct xc = {act.q ? act.q + (size_t)c0 * K : NULL, act.ds ? act.ds + (size_t)c0 * kb : NULL,
                     act.x ? act.x + (size_t)c0 * K : NULL};
         switch (type) {
-        case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
-        case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_F32:
-            if (vec) launch_f<GMC_F32, 8>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s);
-            else launch_f<GMC_F32, 1>(ac, epi, ks > 1 ? -ks : rs, grid, (int)K, xc, nc, s);
+            if (vec) launch_f<GMC_F32, 8>(ac, epi, rsl, grid, (int)K, xc, nc, s);
+            else launch_f<GMC_F32, 1>(ac, epi, rsl, grid, (int)K, xc, nc, s);
             break;
         case GMC_F16:
             if (vec) launch_f<GMC_F16, 8>(ac, epi, rs, grid, (int)K, xc, nc, s);
