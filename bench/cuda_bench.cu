@@ -4,7 +4,7 @@
  * CUDA-graph replays (cudaEvent, after warm-up, median of 10 replays of many calls), weight GB/s and % of the
  * measured bandwidths. Weights are random bytes (never zeros), rotated over enough copies to defeat the 60 MB
  * L2. Prints a markdown table; BENCHMARKS.md records it.
- * Usage: cuda_bench [--quick] [--types q4_0,q8_0,...] */
+ * Usage: cuda_bench [--quick] [--types q4_0,q8_0,...]   (q6_K_a16, the re-laid q6_K, only when named) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +98,9 @@ struct type_info {
     int bytes;
 };
 static const type_info k_types[] = {{"q4_0", 2, 32, 18}, {"q8_0", 8, 32, 34}, {"q4_K", 12, 256, 144},
-                                    {"q5_K", 13, 256, 176}, {"q6_K", 14, 256, 210}, {"bf16", 30, 1, 2},
+                                    {"q5_K", 13, 256, 176}, {"q6_K", 14, 256, 210},
+                                    {"q6_K_a16", 0x10e, 256, 224} /* q6_K re-laid at upload (ops_cuda.h) */,
+                                    {"bf16", 30, 1, 2},
                                     {"f16", 1, 1, 2}, {"f32", 0, 1, 4}};
 
 int main(int argc, char **argv) {

@@ -1,13 +1,14 @@
 /* backend_cuda.c: the CUDA backend: every op of src/model/backend.h on one GPU, enqueued on one stream
  * through the kernels of ops_cuda.h. Owns: device memory for activations and the KV cache, the device copies
  * of the model's weights (made once, on first use, found again by their host pointer in a hash map; types the
- * kernels do not read are dequantized to f32 on the way), the staging of each batch's integer arrays
- * (begin_batch: one pinned copy per forward; ops map the host pointers they receive onto it), scratch sized on
- * demand, the choice between the mat-vec and the tensor-core (cuBLAS, handle made on first use) paths of a
- * projection, CUDA graphs of decode forwards, the per-op profile (GEMMAC_CUDA_PROFILE=1), and error capture:
- * the first failure is remembered with its message, later ops do nothing, and end_batch reports it. read() is
- * the one host synchronisation of a forward. Leaves to others: the kernels (the .cu files beside it), what a
- * forward computes (src/model), when contexts choose this backend (ctx.c). */
+ * kernels do not read are dequantized to f32 on the way, q6_K re-laid into aligned blocks: ops_cuda.h's device
+ * layouts), the staging of each batch's integer arrays (begin_batch: one pinned copy per forward; ops map the
+ * host pointers they receive onto it), scratch sized on demand, the choice between the mat-vec and the
+ * tensor-core (cuBLAS, handle made on first use) paths of a projection, CUDA graphs of decode forwards, the
+ * per-op profile (GEMMAC_CUDA_PROFILE=1), and error capture: the first failure is remembered with its message,
+ * later ops do nothing, and end_batch reports it. read() is the one host synchronisation of a forward. Leaves
+ * to others: the kernels (the .cu files beside it), what a forward computes (src/model), when contexts choose
+ * this backend (ctx.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,20 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
             tt->dequantize((const uint8_t *)host + (uint64_t)r * row_bytes, (float *)conv + r * ne0, ne0);
         src = conv;
         dtype = 0; /* f32 */
+    } else if (gm_cuda_device_type(type) != type && gm_cuda_device_row_bytes(gm_cuda_device_type(type), ne0)) {
+        dtype = gm_cuda_device_type(type); /* re-laid for aligned loads (ops_cuda.h, device layouts) */
+        drow = gm_cuda_device_row_bytes(dtype, ne0);
+        conv = malloc((size_t)drow * (size_t)n_rows);
+        if (!conv) {
+            fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: weight %s: no host memory to re-lay it", name ? name : "?");
+            return NULL;
+        }
+        if (gm_cuda_relayout(dtype, ne0, n_rows, host, row_bytes, conv)) {
+            free(conv);
+            fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: weight %s: %s", name ? name : "?", gm_cuda_last_error());
+            return NULL;
+        }
+        src = conv;
     }
     const size_t dbytes = (size_t)drow * (size_t)n_rows;
     void *dev = NULL;
@@ -1223,6 +1238,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (ms && *ms) gm_cuda_set_mmv_split(atoi(ms), strchr(ms, ',') ? atoi(strchr(ms, ',') + 1) : 8192);
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */
     if (pt && *pt) gm_cuda_set_prep_threads(atoi(pt));
+    const char *dl = getenv("GEMMAC_CUDA_DEVICE_LAYOUTS"); /* 0: weights uploaded in their GGUF layout only */
+    if (dl && *dl) gm_cuda_set_device_layouts(dl[0] != '0');
     const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */
     c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
     const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */

@@ -13,13 +13,16 @@
 /* GGML type numbers (src/quant/quant.h). */
 enum {
     GMC_F32 = 0, GMC_F16 = 1, GMC_Q4_0 = 2, GMC_Q5_0 = 6, GMC_Q8_0 = 8, GMC_Q4_K = 12, GMC_Q5_K = 13, GMC_Q6_K = 14,
-    GMC_Q8_K = 15 /* activations only */, GMC_BF16 = 30
+    GMC_Q8_K = 15 /* activations only */, GMC_BF16 = 30,
+    /* device layouts (gm_cuda_device_type): a GGUF type's blocks re-laid at upload; 0x100 | the GGUF type */
+    GMC_Q6_K_A16 = 0x100 | GMC_Q6_K
 };
 
 /* Block byte sizes and offsets of the GGUF layouts (see quant_blocks.h for the meaning of each field). */
 #define GMC_QK 32
 #define GMC_QK_K 256
-enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K_BYTES = 176, Q6_K_BYTES = 210 };
+enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K_BYTES = 176, Q6_K_BYTES = 210,
+       Q6_K_A16_BYTES = 224 /* GMC_Q6_K_A16: a q6_K block's 210 bytes at the same offsets, then 14 zero bytes */ };
 /* q5_0: d 0, qh 2..5 (bit j: the fifth bit of element j), qs 6..21 (element j < 16: low nibble of qs[j],
  * element j + 16: high nibble).
  * q4_K: d 0, dmin 2, scales 4..15, qs 16..143.  q5_K: d 0, dmin 2, scales 4..15, qh 16..47, qs 48..175.

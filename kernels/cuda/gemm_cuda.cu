@@ -102,8 +102,8 @@ static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
 
 static int gemm_type_ok(int type) {
     switch (type) {
-    case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: case GMC_F16:
-    case GMC_BF16: return 1;
+    case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: case GMC_Q6_K_A16:
+    case GMC_F16: case GMC_BF16: return 1;
     default: return 0; /* f32 weights (the transformers fixtures) keep the exact f32 matvec */
     }
 }
@@ -188,6 +188,7 @@ static const __half *weights_f16(const gm_cuda_mat *w, __half *out, cudaStream_t
     case GMC_Q4_K: launch_dequant<TQ4_K>(w, out, s); break;
     case GMC_Q5_K: launch_dequant<TQ5_K>(w, out, s); break;
     case GMC_Q6_K: launch_dequant<TQ6_K>(w, out, s); break;
+    case GMC_Q6_K_A16: launch_dequant<TQ6_K_A16>(w, out, s); break;
     case GMC_BF16:
         gmc_launch(convert_f16_kernel<GMC_BF16>, (unsigned)((total + 255) / 256), 256, 0, s, (const uint8_t *)w->data,
                    w->row_bytes, w->ne1, (int)w->ne0, out);

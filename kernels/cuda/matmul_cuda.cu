@@ -22,6 +22,7 @@
  * n = 1 for the 4-bit types (dp4a issue-bound), so the "near n = 1" goal is missed: int8 MMA is the next step. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "act_quant_cuda.cuh"
 #include "common_cuda.cuh"
@@ -621,19 +622,50 @@ extern "C" size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n) {
 extern "C" int gm_cuda_type_supported(int32_t type) {
     switch (type) {
     case GMC_F32: case GMC_F16: case GMC_BF16: case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K:
-    case GMC_Q6_K: return 1;
+    case GMC_Q6_K: case GMC_Q6_K_A16: return 1;
     default: return 0;
     }
 }
 
+/* ---- device layouts: what a GGUF type is re-laid as at upload (GMC_Q6_K_A16), and the re-laying ---- */
+static int g_device_layouts = 1;
+extern "C" void gm_cuda_set_device_layouts(int on) { g_device_layouts = on != 0; }
+
+extern "C" int32_t gm_cuda_device_type(int32_t type) {
+    return g_device_layouts && type == GMC_Q6_K ? GMC_Q6_K_A16 : type;
+}
+
+extern "C" uint64_t gm_cuda_device_row_bytes(int32_t dtype, int64_t ne0) {
+    if (dtype == GMC_Q6_K_A16 && ne0 > 0 && ne0 % GMC_QK_K == 0) return (uint64_t)(ne0 / GMC_QK_K) * Q6_K_A16_BYTES;
+    return 0;
+}
+
+extern "C" int gm_cuda_relayout(int32_t dtype, int64_t ne0, int64_t n_rows, const void *src, uint64_t src_row_bytes,
+                                void *dst) {
+    const uint64_t drow = gm_cuda_device_row_bytes(dtype, ne0);
+    const int64_t nb = ne0 / GMC_QK_K;
+    if (!drow || n_rows < 0 || !src || !dst || src_row_bytes < (uint64_t)nb * Q6_K_BYTES)
+        return gmc_fail(-1, "relayout: bad arguments (type %d, %lld x %lld)", dtype, (long long)ne0, (long long)n_rows);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *sr = (const uint8_t *)src + (uint64_t)r * src_row_bytes;
+        uint8_t *dr = (uint8_t *)dst + (uint64_t)r * drow;
+        for (int64_t b = 0; b < nb; b++) {
+            memcpy(dr + b * Q6_K_A16_BYTES, sr + b * Q6_K_BYTES, Q6_K_BYTES);
+            memset(dr + b * Q6_K_A16_BYTES + Q6_K_BYTES, 0, Q6_K_A16_BYTES - Q6_K_BYTES);
+        }
+    }
+    return 0;
+}
+
 static int is_quant(int type) {
-    return type == GMC_Q4_0 || type == GMC_Q5_0 || type == GMC_Q8_0 || (type >= GMC_Q4_K && type <= GMC_Q6_K);
+    return type == GMC_Q4_0 || type == GMC_Q5_0 || type == GMC_Q8_0 || (type >= GMC_Q4_K && type <= GMC_Q6_K) ||
+           type == GMC_Q6_K_A16;
 }
 
 extern "C" int gm_cuda_act_type(int32_t wtype) {
     switch (wtype) {
     case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: return GMC_Q8_0;
-    case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: return GMC_Q8_K;
+    case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: case GMC_Q6_K_A16: return GMC_Q8_K;
     default: return -1;
     }
 }
@@ -816,6 +848,7 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
         case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_Q5_K: launch_q<TQ5_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_Q6_K: launch_q<TQ6_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q6_K_A16: launch_q<TQ6_K_A16>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_F32:
             if (vec) launch_f<GMC_F32, 8>(ac, epi, rsl, grid, (int)K, xc, nc, s);
             else launch_f<GMC_F32, 1>(ac, epi, rsl, grid, (int)K, xc, nc, s);
@@ -841,8 +874,9 @@ static int check_mat(const gm_cuda_mat *w, const char *op) {
     if (!gm_cuda_type_supported(w->type)) return gmc_fail(-1, "%s: type %d not supported on CUDA", op, w->type);
     const int64_t bs = w->type == GMC_Q4_0 || w->type == GMC_Q5_0 || w->type == GMC_Q8_0 ? 32 : is_quant(w->type) ? 256 : 1;
     if (w->ne0 % bs != 0) return gmc_fail(-1, "%s: row of %lld is not whole blocks", op, (long long)w->ne0);
-    if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K) && ((uintptr_t)w->data % 16 || w->row_bytes % 16))
-        return gmc_fail(-1, "%s: q4_K/q5_K rows must be 16-byte aligned", op);
+    if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K || w->type == GMC_Q6_K_A16) &&
+        ((uintptr_t)w->data % 16 || w->row_bytes % 16))
+        return gmc_fail(-1, "%s: q4_K/q5_K/q6_K (16-byte aligned) rows must be 16-byte aligned", op);
     if (is_quant(w->type) && (uintptr_t)w->data % 2) return gmc_fail(-1, "%s: weights must be 2-byte aligned", op);
     return 0;
 }

@@ -101,8 +101,9 @@ __device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j
         const float d = gmc_h2f(gmc_ld16(b)), dmin = gmc_h2f(gmc_ld16(b + 2));
         return __fsub_rn(__fmul_rn(__fmul_rn(d, (float)sc), (float)q), __fmul_rn(dmin, (float)m));
     }
-    case GMC_Q6_K: {
-        const uint8_t *b = row + (j / 256) * Q6_K_BYTES;
+    case GMC_Q6_K:
+    case GMC_Q6_K_A16: {
+        const uint8_t *b = row + (j / 256) * (type == GMC_Q6_K ? Q6_K_BYTES : Q6_K_A16_BYTES);
         const int e = (int)(j % 256), hh = e / 128, r = e % 128, k = r / 32, l = r % 32;
         const uint8_t qlb = b[64 * hh + l + 32 * (k & 1)];
         const int q = ((k >= 2 ? qlb >> 4 : qlb) & 0x0F) | (((b[128 + 32 * hh + l] >> (2 * k)) & 3) << 4);

@@ -35,8 +35,23 @@ typedef struct gm_cuda_mat {
 int gm_cuda_device_count(void);
 /* The last error of this thread's calls into this API ("" if none). */
 const char *gm_cuda_last_error(void);
-/* 1 when the matmul / get_rows kernels handle this GGML type. */
+/* 1 when the matmul / get_rows kernels handle this GGML type (or device layout, below). */
 int gm_cuda_type_supported(int32_t type);
+
+/* ---- device layouts ----
+ * A weight of some GGUF types is uploaded re-laid, so that the kernels read it with aligned wide loads: q6_K (14)
+ * becomes GMC_Q6_K_A16 (0x10e): each 210-byte block at a 224-byte stride (16-byte aligned; the same fields at
+ * the same offsets, then 14 zero bytes). The q6_K GGUF blocks are only 2-byte aligned, so their loads go in
+ * 16-bit pieces: the LM head (the largest q6_K matrix) is instruction-bound on them. Every kernel that takes
+ * q6_K takes the re-laid type too, with the same results. gm_cuda_device_type: the type a weight of `type` is
+ * stored as (type itself when it is not re-laid, or when gm_cuda_set_device_layouts(0) switched re-laying off);
+ * gm_cuda_device_row_bytes: a re-laid row's bytes (0 for a type that is not a device layout or a row of partial
+ * blocks); gm_cuda_relayout: n_rows host rows (src_row_bytes apart) into dst (host memory,
+ * gm_cuda_device_row_bytes per row). */
+int32_t gm_cuda_device_type(int32_t type);
+uint64_t gm_cuda_device_row_bytes(int32_t dtype, int64_t ne0);
+int gm_cuda_relayout(int32_t dtype, int64_t ne0, int64_t n_rows, const void *src, uint64_t src_row_bytes, void *dst);
+void gm_cuda_set_device_layouts(int on);
 
 /* ---- matmul: y[n][ne1] = x[n][ne0] · Wᵀ ----
  * Quantized weights: activations are first quantized on the GPU exactly as the CPU backend quantizes them

@@ -138,15 +138,31 @@ struct TQ5_K {
 
 /* q6_K item (hh, p) of a super-block (8 items): ql bytes 64hh + 16p .. +15, qh bytes 32hh + 16(p%2) .. +15;
  * span 0 = low nibbles = elements 128hh + 16p + i (high bits: qh bits 2·(p/2)), span 1 = high nibbles =
- * elements 128hh + 64 + 16p + i (qh bits 2·(2 + p/2)); q - 32 as signed bytes; scales 8hh + p, 8hh + 4 + p. */
-struct TQ6_K {
+ * elements 128hh + 64 + 16p + i (qh bits 2·(2 + p/2)); q - 32 as signed bytes; scales 8hh + p, 8hh + 4 + p.
+ * BYTES: the block stride, Q6_K_BYTES (the GGUF layout: blocks 2-byte aligned, read in 16-bit pieces) or
+ * Q6_K_A16_BYTES (GMC_Q6_K_A16, the same fields in 16-byte aligned blocks: ql and qh one 16-byte load each, the
+ * item's two scales one 8-byte load). */
+template <int BYTES>
+struct TQ6_KB {
     enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 8 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
-        const uint8_t *b = row + (size_t)(it >> 3) * Q6_K_BYTES;
+        const uint8_t *b = row + (size_t)(it >> 3) * BYTES;
         const int hh = (it & 7) >> 2, p = it & 3;
         uint32_t ql[4], qh[4];
-        gmc_ld_words_a2<4>(b + 64 * hh + 16 * p, ql);
-        gmc_ld_words_a2<4>(b + 128 + 32 * hh + 16 * (p & 1), qh);
+        int sc0, sc1;
+        if constexpr (BYTES % 16 == 0) {
+            const uint4 l = __ldg((const uint4 *)(b + 64 * hh + 16 * p));
+            const uint4 h = __ldg((const uint4 *)(b + 128 + 32 * hh + 16 * (p & 1)));
+            const uint2 sc = __ldg((const uint2 *)(b + 192 + 8 * hh));
+            ql[0] = l.x, ql[1] = l.y, ql[2] = l.z, ql[3] = l.w;
+            qh[0] = h.x, qh[1] = h.y, qh[2] = h.z, qh[3] = h.w;
+            sc0 = (int)(int8_t)(sc.x >> (8 * p)), sc1 = (int)(int8_t)(sc.y >> (8 * p));
+        } else {
+            gmc_ld_words_a2<4>(b + 64 * hh + 16 * p, ql);
+            gmc_ld_words_a2<4>(b + 128 + 32 * hh + 16 * (p & 1), qh);
+            const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + p);
+            sc0 = sc[0], sc1 = sc[4];
+        }
         const int s0 = 2 * (p >> 1), s1 = s0 + 4;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -156,9 +172,8 @@ struct TQ6_K {
             w[1][i] = (int)__vsub4(hi, 0x20202020u);
         }
         const float d = gmc_h2f(gmc_ld16(b + 208));
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + p);
-        ws[0] = __fmul_rn(d, (float)sc[0]);
-        ws[1] = __fmul_rn(d, (float)sc[4]);
+        ws[0] = __fmul_rn(d, (float)sc0);
+        ws[1] = __fmul_rn(d, (float)sc1);
         wm[0] = wm[1] = 0.0f;
     }
     static __device__ __forceinline__ void act_off(int it, int off[2]) {
@@ -166,5 +181,7 @@ struct TQ6_K {
         off[0] = base, off[1] = base + 64;
     }
 };
+using TQ6_K = TQ6_KB<Q6_K_BYTES>;
+using TQ6_K_A16 = TQ6_KB<Q6_K_A16_BYTES>;
 
 #endif

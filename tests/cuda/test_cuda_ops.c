@@ -1526,6 +1526,84 @@ static void test_top_logits(void **state) {
            "NaN / inf / -0 rows, 1..2^24-3 logits, 1..64 rows)\n", cases);
 }
 
+/* ---- device layouts: q6_K re-laid into 16-byte aligned blocks (gm_cuda_relayout) reads as the GGUF layout ----
+ * The same values through the same arithmetic, so every output must be bit-identical to the GGUF layout's, whose
+ * results test_matmul / test_get_rows_gather / test_gemm hold against the oracle: the mat-vec (every rows-per-warp
+ * variant; 1 to 64 columns), get_rows and the tensor-core path's dequantization to f16. */
+static void expect_same_floats(const char *what, const void *dev_a, const void *dev_b, size_t bytes) {
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    dev_download(a, dev_a, bytes);
+    dev_download(b, dev_b, bytes);
+    if (memcmp(a, b, bytes) != 0) fail_msg("%s: re-laid q6_K differs from the GGUF layout", what);
+    free(a), free(b);
+}
+
+static void run_relaid_q6_K(int64_t K, int64_t M, int n) {
+    host_mat h = make_mat(GM_TYPE_Q6_K, K, M, 1.0f);
+    const int32_t dt = gm_cuda_device_type(GM_TYPE_Q6_K);
+    const uint64_t drow = gm_cuda_device_row_bytes(dt, K);
+    assert_int_not_equal(dt, GM_TYPE_Q6_K);
+    assert_true(drow % 16 == 0 && drow > h.row_bytes);
+    uint8_t *relaid = malloc(drow * M);
+    CK(gm_cuda_relayout(dt, K, M, h.q, h.row_bytes, relaid));
+    void *dw = dev_upload(h.q, h.row_bytes * M), *dr = dev_upload(relaid, drow * M);
+    const gm_cuda_mat wg = {.type = GM_TYPE_Q6_K, .ne0 = K, .ne1 = M, .row_bytes = h.row_bytes, .data = dw};
+    const gm_cuda_mat wr = {.type = dt, .ne0 = K, .ne1 = M, .row_bytes = drow, .data = dr};
+    char what[96];
+    /* mat-vec */
+    float *x = rand_vec((size_t)K * n, 2.0f);
+    float *dx = dev_upload(x, sizeof(float) * K * n), *yg = dev_out((size_t)M * n), *yr = dev_out((size_t)M * n);
+    const size_t sb = gm_cuda_matmul_scratch_bytes(K, n);
+    void *ds = dev_alloc(sb);
+    for (int r = 0; r <= 4; r = r ? 2 * r : 1) {
+        gm_cuda_set_mmv_rows(r);
+        CK(gm_cuda_matmul(&wg, dx, n, yg, ds, sb, NULL));
+        CK(gm_cuda_matmul(&wr, dx, n, yr, ds, sb, NULL));
+        snprintf(what, sizeof what, "matmul q6_K K=%lld M=%lld n=%d rows/warp %d", (long long)K, (long long)M, n, r);
+        expect_same_floats(what, yg, yr, sizeof(float) * M * n);
+    }
+    gm_cuda_set_mmv_rows(0);
+    /* get_rows (the tied embedding) */
+    int32_t ids[4] = {0, (int32_t)(M - 1), (int32_t)(M / 2), (int32_t)M /* outside: row 0 */};
+    int32_t *dids = dev_upload(ids, sizeof ids);
+    float *gg = dev_out((size_t)4 * K), *gr = dev_out((size_t)4 * K);
+    CK(gm_cuda_get_rows(&wg, dids, 4, 1.5f, gg, NULL));
+    CK(gm_cuda_get_rows(&wr, dids, 4, 1.5f, gr, NULL));
+    snprintf(what, sizeof what, "get_rows q6_K K=%lld", (long long)K);
+    expect_same_floats(what, gg, gr, sizeof(float) * 4 * K);
+    /* f16 rows for the tensor-core path */
+    void *hg = dev_alloc((size_t)M * K * 2), *hr = dev_alloc((size_t)M * K * 2);
+    dev_poison(hg, (size_t)M * K * 2), dev_poison(hr, (size_t)M * K * 2);
+    CK(gm_cuda_gemm_weights_f16(&wg, hg, NULL));
+    CK(gm_cuda_gemm_weights_f16(&wr, hr, NULL));
+    snprintf(what, sizeof what, "f16 weights q6_K K=%lld M=%lld", (long long)K, (long long)M);
+    expect_same_floats(what, hg, hr, (size_t)M * K * 2);
+    free(x), free(relaid);
+    free_mat(&h);
+    CU(cudaFree(dw)); CU(cudaFree(dr)); CU(cudaFree(dx)); CU(cudaFree(yg)); CU(cudaFree(yr)); CU(cudaFree(ds));
+    CU(cudaFree(dids)); CU(cudaFree(gg)); CU(cudaFree(gr)); CU(cudaFree(hg)); CU(cudaFree(hr));
+}
+
+static void test_device_layouts(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{256, 7}, {2560, 257}, {2816, 1000}, {1536, 4099}};
+    static const int ns[] = {1, 3, 8, 64};
+    int cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) run_relaid_q6_K(shapes[s][0], shapes[s][1], ns[ni]), cases++;
+    /* what is not re-laid, and bad arguments */
+    assert_int_equal(gm_cuda_device_type(GM_TYPE_Q4_0), GM_TYPE_Q4_0);
+    assert_int_equal(gm_cuda_device_row_bytes(gm_cuda_device_type(GM_TYPE_Q6_K), 300), 0);
+    uint8_t b[256];
+    assert_int_not_equal(gm_cuda_relayout(gm_cuda_device_type(GM_TYPE_Q6_K), 300, 1, b, 256, b), 0);
+    assert_int_not_equal(gm_cuda_relayout(GM_TYPE_Q4_0, 256, 1, b, 256, b), 0);
+    gm_cuda_set_device_layouts(0);
+    assert_int_equal(gm_cuda_device_type(GM_TYPE_Q6_K), GM_TYPE_Q6_K);
+    gm_cuda_set_device_layouts(1);
+    printf("[ cuda     ] device layouts: %d re-laid q6_K cases bit-identical to the GGUF layout (matmul, get_rows, "
+           "f16 rows)\n", cases);
+}
+
 int main(void) {
     const int n = gm_cuda_device_count();
     if (n <= 0) {
@@ -1540,7 +1618,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_sgemm),
-        cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),
+        cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
