@@ -9,7 +9,12 @@
 /* Weight items. Each type says: ELEMS (weights per item), SPANS (16-weight spans per item), MINS (whether a
  * span has a min term), ACT_SHIFT (log2 of its activation blocks: 5 = q8_0 per 32, 8 = q8_K per 256), load() -> per span 4 words of 16 int8 weights (signed, or unsigned when MINS), the
  * span's scale ws and min wm (value = ws·q - wm), and act_off() -> each span's first element in the row.
- * Contribution of a span against activations (da, qa): da · (ws · Σ q·qa - wm · Σ qa). */
+ * Contribution of a span against activations (da, qa): da · (ws · Σ q·qa - wm · Σ qa).
+ * Signed values of fewer than 8 bits (q4_0 q - 8, q5_0 q - 16, q6_K q - 32) are handed over times 2^(8 - bits),
+ * with ws divided by the same power of two: x ^ 2^(bits-1) shifted to the top of its byte is 2^(8-bits)·(x -
+ * 2^(bits-1)) as a signed byte, two bitwise operations a word instead of a byte-wise subtraction (__vsub4, several
+ * instructions on sm_90). Every product and sum is the same real number as with the plain values, and the integer
+ * sums stay below 2^24, so the floats (ws · Σ, ws · q) are bit-identical. */
 
 struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 1 = high (16..31) */
     enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
@@ -19,11 +24,11 @@ struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 
         gmc_ld_words_a2<4>(b + 2, qs);
         const float d = gmc_h2f(gmc_ld16(b));
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[0][i] = (int)__vsub4(qs[i] & 0x0f0f0f0fu, 0x08080808u);
-            w[1][i] = (int)__vsub4((qs[i] >> 4) & 0x0f0f0f0fu, 0x08080808u);
+        for (int i = 0; i < 4; i++) { /* 16 · (q - 8) */
+            w[0][i] = (int)(((qs[i] << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
+            w[1][i] = (int)((qs[i] & 0xf0f0f0f0u) ^ 0x80808080u);
         }
-        ws[0] = ws[1] = d;
+        ws[0] = ws[1] = d * 0.0625f;
         wm[0] = wm[1] = 0.0f;
     }
     static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
@@ -46,10 +51,11 @@ struct TQ5_0 {
                 h0 |= ((qh >> (4 * i + k)) & 1u) << (8 * k + 4);
                 h1 |= ((qh >> (16 + 4 * i + k)) & 1u) << (8 * k + 4);
             }
-            w[0][i] = (int)__vsub4((qs[i] & 0x0f0f0f0fu) | h0, 0x10101010u);
-            w[1][i] = (int)__vsub4(((qs[i] >> 4) & 0x0f0f0f0fu) | h1, 0x10101010u);
+            /* 8 · (q - 16) */
+            w[0][i] = (int)((((qs[i] & 0x0f0f0f0fu) | h0) << 3) ^ 0x80808080u);
+            w[1][i] = (int)(((((qs[i] >> 4) & 0x0f0f0f0fu) | h1) << 3) ^ 0x80808080u);
         }
-        ws[0] = ws[1] = d;
+        ws[0] = ws[1] = d * 0.125f;
         wm[0] = wm[1] = 0.0f;
     }
     static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
@@ -165,15 +171,13 @@ struct TQ6_KB {
         }
         const int s0 = 2 * (p >> 1), s1 = s0 + 4;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t lo = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s0) & 0x03030303u) << 4);
-            const uint32_t hi = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s1) & 0x03030303u) << 4);
-            w[0][i] = (int)__vsub4(lo, 0x20202020u);
-            w[1][i] = (int)__vsub4(hi, 0x20202020u);
+        for (int i = 0; i < 4; i++) { /* 4 · (q - 32) */
+            w[0][i] = (int)((((ql[i] & 0x0f0f0f0fu) << 2) | (((qh[i] >> s0) & 0x03030303u) << 6)) ^ 0x80808080u);
+            w[1][i] = (int)((((ql[i] >> 2) & 0x3c3c3c3cu) | (((qh[i] >> s1) & 0x03030303u) << 6)) ^ 0x80808080u);
         }
         const float d = gmc_h2f(gmc_ld16(b + 208));
-        ws[0] = __fmul_rn(d, (float)sc0);
-        ws[1] = __fmul_rn(d, (float)sc1);
+        ws[0] = __fmul_rn(d, (float)sc0) * 0.25f;
+        ws[1] = __fmul_rn(d, (float)sc1) * 0.25f;
         wm[0] = wm[1] = 0.0f;
     }
     static __device__ __forceinline__ void act_off(int it, int off[2]) {
