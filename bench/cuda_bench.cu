@@ -110,6 +110,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types = argv[++i];
     }
+    const char *pa = getenv("GEMMAC_CUDA_PREFETCH_ALL"); /* as the backend: every mat-vec block hints its rows */
+    if (pa && *pa) gm_cuda_set_mmv_prefetch_all(pa[0] == '1');
     if (gm_cuda_device_count() <= 0) {
         fprintf(stderr, "cuda_bench: %s\n", gm_cuda_last_error());
         return 77;

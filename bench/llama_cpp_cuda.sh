@@ -23,7 +23,8 @@ build)
   ;;
 run)
   tarball=$(realpath "$2") f=$3 npl=${NPL:-1,8,64,256}
-  bin=/tmp/llama-cuda-bin; mkdir -p $bin && tar -C $bin -xJf "$tarball" || exit 1
+  bin=/tmp/llama-cuda-bin; mkdir -p $bin
+  [ $bin/llama-batched-bench -nt "$tarball" ] || tar -C $bin -xJf "$tarball" || exit 1 # once per machine
   maxn=${npl##*,}
   echo "== llama.cpp (llama-batched-bench, CUDA, -ngl 99): -npp 512 -ntg 128 -npl 1"
   timeout 120 $bin/llama-batched-bench -m "$f" -ngl 99 -c 1024 -npp 512 -ntg 128 -npl 1 2>&1 | grep "^|"

@@ -1238,6 +1238,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (ms && *ms) gm_cuda_set_mmv_split(atoi(ms), strchr(ms, ',') ? atoi(strchr(ms, ',') + 1) : 8192);
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */
     if (pt && *pt) gm_cuda_set_prep_threads(atoi(pt));
+    const char *pa = getenv("GEMMAC_CUDA_PREFETCH_ALL"); /* 1: every mat-vec block hints its rows into L2 */
+    if (pa && *pa) gm_cuda_set_mmv_prefetch_all(pa[0] == '1');
     const char *dl = getenv("GEMMAC_CUDA_DEVICE_LAYOUTS"); /* 0: weights uploaded in their GGUF layout only */
     if (dl && *dl) gm_cuda_set_device_layouts(dl[0] != '0');
     const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */

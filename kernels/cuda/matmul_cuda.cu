@@ -270,6 +270,9 @@ struct MvArgs {
     float *nd;
     unsigned *ncount;
     int n_act; /* GMC_Q8_0 or GMC_Q8_K */
+    /* blocks [0, pf_blocks) hint their rows into L2 before the wait: the launch's first wave (first_wave), the
+     * blocks that can start while the kernel before still runs; a later block would only request its rows twice */
+    unsigned pf_blocks;
 };
 
 /* A warp's rows: R row pointers, its segment s and first row row0 (per matrix); false when it has none.
@@ -305,7 +308,8 @@ __device__ __forceinline__ bool mv_rows(const MvArgs &a, int warp, int lane, int
     } else {
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (row0 + r % RS < M) gmc_prefetch_l2(rows[r], a.row_bytes[EPI == EPI_GEGLU && r >= RS ? 1 : s], lane);
+            if (blockIdx.x < a.pf_blocks && row0 + r % RS < M)
+                gmc_prefetch_l2(rows[r], a.row_bytes[EPI == EPI_GEGLU && r >= RS ? 1 : s], lane);
         pre();
         gmc_pdl_wait();
     }
@@ -686,11 +690,34 @@ extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_
 }
 
 /* ---- launching: segments -> MvArgs, then the template for (type, rows per warp, columns, epilogue) ---- */
+/* a with pf_blocks set to kernel k's first wave: its 128-thread blocks resident at once on the device, asked of
+ * the occupancy calculator once per kernel (cache: that kernel's own; every block when the query fails). */
+static bool g_prefetch_all = false; /* gm_cuda_set_mmv_prefetch_all: every block hints (before the first wave) */
+extern "C" void gm_cuda_set_mmv_prefetch_all(int on) { g_prefetch_all = on != 0; }
+
+template <class Kern>
+static MvArgs first_wave(const MvArgs &a, Kern k, unsigned *cache) {
+    if (!*cache) {
+        int dev = 0, sms = 0, per_sm = 0;
+        const bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 128, 0) == cudaSuccess;
+        *cache = ok && sms > 0 && per_sm > 0 ? (unsigned)(sms * per_sm) : ~0u;
+    }
+    MvArgs b = a;
+    b.pf_blocks = g_prefetch_all ? ~0u : *cache;
+    return b;
+}
+
 template <class T, int R, int EPI, int KS = 1>
 static void launch_q_re(const MvArgs &a, dim3 grid, int K, const int8_t *q, const float *ds, int n, cudaStream_t s) {
+    static unsigned wave[9];
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: gmc_launch(mmvq_kernel<T, R, NN, EPI, KS>, grid, 128, 0, s, a, K, q, ds); break;
+    case NN: \
+        gmc_launch(mmvq_kernel<T, R, NN, EPI, KS>, grid, 128, 0, s, \
+                   first_wave(a, mmvq_kernel<T, R, NN, EPI, KS>, &wave[NN]), K, q, ds); \
+        break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }
@@ -698,9 +725,13 @@ static void launch_q_re(const MvArgs &a, dim3 grid, int K, const int8_t *q, cons
 
 template <int TYPE, int VEC, int R, int EPI, int KS = 1>
 static void launch_f_re(const MvArgs &a, dim3 grid, int K, const float *x, int n, cudaStream_t s) {
+    static unsigned wave[9];
     switch (n) {
 #define GMC_CASE(NN) \
-    case NN: gmc_launch(mmvf_kernel<TYPE, VEC, R, NN, EPI, KS>, grid, 128, 0, s, a, K, x); break;
+    case NN: \
+        gmc_launch(mmvf_kernel<TYPE, VEC, R, NN, EPI, KS>, grid, 128, 0, s, \
+                   first_wave(a, mmvf_kernel<TYPE, VEC, R, NN, EPI, KS>, &wave[NN]), K, x); \
+        break;
         GMC_CASE(1) GMC_CASE(2) GMC_CASE(3) GMC_CASE(4) GMC_CASE(5) GMC_CASE(6) GMC_CASE(7) GMC_CASE(8)
 #undef GMC_CASE
     }

@@ -173,6 +173,10 @@ void gm_cuda_set_mmv_rows(int rows);
  * the defaults of matmul_cuda.cu's mv_split_rows). Process-wide; GEMMAC_CUDA_MMV_SPLIT=ks[,min_k] (min_k default
  * 8192) sets it when a CUDA backend is created. For tests and benchmarks. */
 void gm_cuda_set_mmv_split(int ks, int min_k);
+/* The mat-vec's blocks hint their weight rows into L2 before they wait for the kernel before them (PDL); by
+ * default only the first wave of blocks does (the blocks resident at once), 1 here makes every block do it (as
+ * before 2026-12-03). GEMMAC_CUDA_PREFETCH_ALL=1. */
+void gm_cuda_set_mmv_prefetch_all(int on);
 /* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
  * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
 void gm_cuda_set_pdl(int on);
