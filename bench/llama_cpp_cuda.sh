@@ -24,13 +24,13 @@ build)
 run)
   tarball=$(realpath "$2") f=$3 npl=${NPL:-1,8,64,256}
   bin=/tmp/llama-cuda-bin; mkdir -p $bin
-  [ $bin/llama-batched-bench -nt "$tarball" ] || tar -C $bin -xJf "$tarball" || exit 1 # once per machine
+  [ -x $bin/llama-batched-bench ] || tar -C $bin -xJf "$tarball" || exit 1 # once per machine
   maxn=${npl##*,}
   echo "== llama.cpp (llama-batched-bench, CUDA, -ngl 99): -npp 512 -ntg 128 -npl 1"
-  timeout 120 $bin/llama-batched-bench -m "$f" -ngl 99 -c 1024 -npp 512 -ntg 128 -npl 1 2>&1 | grep "^|"
+  rows() { local out; out=$("$@" 2>&1); echo "$out" | grep "^|" || { echo "(no result:)"; echo "$out" | tail -4; }; }
+  rows timeout 120 $bin/llama-batched-bench -m "$f" -ngl 99 -c 1024 -npp 512 -ntg 128 -npl 1
   echo "== llama.cpp (llama-batched-bench, CUDA, -ngl 99): -npp 1024 -ntg 128 -npl $npl"
-  timeout 300 $bin/llama-batched-bench -m "$f" -ngl 99 -c $(( 1152 * maxn + 256 )) -npp 1024 -ntg 128 -npl "$npl" \
-    2>&1 | grep "^|"
+  rows timeout 300 $bin/llama-batched-bench -m "$f" -ngl 99 -c $(( 1152 * maxn + 256 )) -npp 1024 -ntg 128 -npl "$npl"
   ;;
 *) echo "usage: $0 build SRC_DIR OUT_DIR | run TARBALL FILE.gguf   (NPL=1,8,64,256)" >&2; exit 2 ;;
 esac
