@@ -200,6 +200,8 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
     void *conv = NULL;
     int32_t dtype = type;
     uint64_t drow = row_bytes;
+    const int32_t laid = gm_cuda_device_type(type); /* re-laid for aligned loads (ops_cuda.h, device layouts) */
+    const uint64_t laid_row = laid != type ? gm_cuda_device_row_bytes(laid, ne0) : 0;
     if (!gm_cuda_type_supported(type)) {
         const gm_type_traits *tt = gm_type_traits_of((gm_type)type);
         if (!tt || !tt->dequantize) {
@@ -216,9 +218,8 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
             tt->dequantize((const uint8_t *)host + (uint64_t)r * row_bytes, (float *)conv + r * ne0, ne0);
         src = conv;
         dtype = 0; /* f32 */
-    } else if (gm_cuda_device_type(type) != type && gm_cuda_device_row_bytes(gm_cuda_device_type(type), ne0)) {
-        dtype = gm_cuda_device_type(type); /* re-laid for aligned loads (ops_cuda.h, device layouts) */
-        drow = gm_cuda_device_row_bytes(dtype, ne0);
+    } else if (laid_row) {
+        dtype = laid, drow = laid_row;
         conv = malloc((size_t)drow * (size_t)n_rows);
         if (!conv) {
             fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: weight %s: no host memory to re-lay it", name ? name : "?");

@@ -690,11 +690,11 @@ extern "C" int gm_cuda_quantize_act(const float *x, int64_t K, int32_t n, int32_
 }
 
 /* ---- launching: segments -> MvArgs, then the template for (type, rows per warp, columns, epilogue) ---- */
-/* a with pf_blocks set to kernel k's first wave: its 128-thread blocks resident at once on the device, asked of
- * the occupancy calculator once per kernel (cache: that kernel's own; every block when the query fails). */
 static bool g_prefetch_all = false; /* gm_cuda_set_mmv_prefetch_all: every block hints (before the first wave) */
 extern "C" void gm_cuda_set_mmv_prefetch_all(int on) { g_prefetch_all = on != 0; }
 
+/* a with pf_blocks set to kernel k's first wave: its 128-thread blocks resident at once on the device, asked of
+ * the occupancy calculator once per kernel (cache: that kernel's own; every block when the query fails). */
 template <class Kern>
 static MvArgs first_wave(const MvArgs &a, Kern k, unsigned *cache) {
     if (!*cache) {
@@ -907,7 +907,7 @@ static int check_mat(const gm_cuda_mat *w, const char *op) {
     if (w->ne0 % bs != 0) return gmc_fail(-1, "%s: row of %lld is not whole blocks", op, (long long)w->ne0);
     if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K || w->type == GMC_Q6_K_A16) &&
         ((uintptr_t)w->data % 16 || w->row_bytes % 16))
-        return gmc_fail(-1, "%s: q4_K/q5_K/q6_K (16-byte aligned) rows must be 16-byte aligned", op);
+        return gmc_fail(-1, "%s: q4_K / q5_K / re-laid q6_K rows must be 16-byte aligned", op);
     if (is_quant(w->type) && (uintptr_t)w->data % 2) return gmc_fail(-1, "%s: weights must be 2-byte aligned", op);
     return 0;
 }
