@@ -5,7 +5,10 @@
  * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; the last block of
  * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
  * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Also the attention op's
- * preparation (q/k/v norms, RoPE) fused with the KV store. Leaves to others: cache allocation and which layer reads
+ * preparation (q/k/v norms, RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq,
+ * a decode step) inside the split kernel's blocks. That fusion measured slower than the launch it saves (H200,
+ * E4B q4_0, 2026-12-03: +5.7 us per attention against ~5.6 us, and more at depth, where there are more splits to
+ * pay for it); the backend leaves it off unless asked. Leaves to others: cache allocation and which layer reads
  * which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:
@@ -127,19 +130,25 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_prep_kernel(const __grid_co
     store_row((KV *)a.kc + dst, sh, D);
 }
 
+static bool prep_args_ok(const gm_cuda_prep *p) {
+    return p && p->q && p->pos && p->n_tokens >= 0 && p->n_head > 0 && p->head_dim > 0 && p->head_dim % 2 == 0 &&
+           p->head_dim <= 1024 && p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= p->head_dim &&
+           (!p->kv || (p->k && (p->v || p->v_from_k) && p->seq && p->kv->k && p->kv->v &&
+                       p->kv->head_dim == p->head_dim && (p->kv->type == GMC_F16 || p->kv->type == GMC_F32)));
+}
+
+/* RoPE's theta step as rope_kernel's host code computes it (powf of the host). */
+static float rope_theta_scale(const gm_cuda_prep *p) { return p->n_rot ? powf(p->base, -2.0f / (float)p->n_rot) : 1.0f; }
+
 extern "C" int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream) {
-    if (!p || !p->q || !p->pos || p->n_tokens < 0 || p->n_head <= 0 || p->head_dim <= 0 || p->head_dim % 2 ||
-        p->head_dim > 1024 || p->n_rot < 0 || p->n_rot % 2 || p->n_rot > p->head_dim ||
-        (p->kv && (!p->k || (!p->v && !p->v_from_k) || !p->seq || !p->kv->k || !p->kv->v ||
-                   p->kv->head_dim != p->head_dim || (p->kv->type != GMC_F16 && p->kv->type != GMC_F32))))
-        return gmc_fail(-1, "attn_prep: bad arguments");
+    if (!prep_args_ok(p)) return gmc_fail(-1, "attn_prep: bad arguments");
     if (p->n_tokens == 0) return 0;
     PrepArgs a = {};
     a.p = *p;
     a.n_head_kv = p->kv ? p->kv->n_head_kv : 0;
     a.n_slots = p->kv ? p->kv->n_slots : 0, a.ring = p->kv ? p->kv->ring : 0;
     a.kc = p->kv ? p->kv->k : NULL, a.vc = p->kv ? p->kv->v : NULL;
-    a.theta_scale = p->n_rot ? powf(p->base, -2.0f / (float)p->n_rot) : 1.0f; /* the host's powf, as rope */
+    a.theta_scale = rope_theta_scale(p);
     const dim3 grid((unsigned)(p->n_head + a.n_head_kv), (unsigned)p->n_tokens);
     const size_t smem = (size_t)p->head_dim * sizeof(float);
     if (!p->kv || p->kv->type == GMC_F16) gmc_launch(attn_prep_kernel<__half>, grid, PREP_THREADS, smem, stream, a);
@@ -147,12 +156,20 @@ extern "C" int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream) {
     return gmc_check_launch("attn_prep");
 }
 
-/* ---- loads of a KV row segment as floats ---- */
-template <typename KV, int VE>
+/* ---- loads of a KV row segment as floats ----
+ * CG: through L2 (ld.global.cg) instead of the read-only path, for a launch that stores cache rows itself (the
+ * fused preparation): the read-only path may only read what no thread of the launch writes. */
+template <bool CG, typename T>
+__device__ __forceinline__ T ld_ro(const T *p) {
+    if constexpr (CG) return __ldcg(p);
+    else return __ldg(p);
+}
+
+template <typename KV, int VE, bool CG = false>
 __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
     if constexpr (sizeof(KV) == 2) {
         if constexpr (VE == 8) {
-            const uint4 u = __ldg((const uint4 *)p);
+            const uint4 u = ld_ro<CG>((const uint4 *)p);
             const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -160,30 +177,30 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
                 out[2 * i] = f.x, out[2 * i + 1] = f.y;
             }
         } else if constexpr (VE == 4) {
-            const uint2 u = __ldg((const uint2 *)p);
+            const uint2 u = ld_ro<CG>((const uint2 *)p);
             const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
             out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
         } else if constexpr (VE == 2) {
-            const uint32_t u = __ldg((const unsigned int *)p);
+            const uint32_t u = ld_ro<CG>((const unsigned int *)p);
             const float2 a = __half22float2(*(const __half2 *)&u);
             out[0] = a.x, out[1] = a.y;
         } else {
 #pragma unroll
-            for (int i = 0; i < VE; i++) out[i] = __half2float(p[i]);
+            for (int i = 0; i < VE; i++) out[i] = __half2float(ld_ro<CG>(p + i));
         }
     } else {
         if constexpr (VE % 4 == 0) {
 #pragma unroll
             for (int i = 0; i < VE / 4; i++) {
-                const float4 f = __ldg((const float4 *)p + i);
+                const float4 f = ld_ro<CG>((const float4 *)p + i);
                 out[4 * i] = f.x, out[4 * i + 1] = f.y, out[4 * i + 2] = f.z, out[4 * i + 3] = f.w;
             }
         } else if constexpr (VE == 2) {
-            const float2 f = __ldg((const float2 *)p);
+            const float2 f = ld_ro<CG>((const float2 *)p);
             out[0] = f.x, out[1] = f.y;
         } else {
 #pragma unroll
-            for (int i = 0; i < VE; i++) out[i] = __ldg(p + i);
+            for (int i = 0; i < VE; i++) out[i] = ld_ro<CG>(p + i);
         }
     }
 }
@@ -350,11 +367,78 @@ struct AttnOut {
     float *od;
 };
 
-template <typename KV, int D, int G, int TQ, int TPK>
+/* The attention op's preparation fused into a decode launch (gm_cuda_attn.prep with one_per_seq): gm_cuda_prep's
+ * values, theta_scale as the host computes it; write_kv: the tokens' K/V are prepared and stored (prep->kv). */
+struct AttnPrep {
+    const float *k, *v, *q_norm, *k_norm, *ff;
+    int v_norm, v_from_k, write_kv, n_rot;
+    float eps, theta_scale, freq_scale, q_scale;
+};
+
+/* A fused decode block's preparation: its G query rows q_s (raw on entry) and, when own, its KV head's raw V and K
+ * rows kv_s[0] / kv_s[1], prepared in place with attn_prep_kernel's arithmetic to the bit (prep_head per row: the
+ * sums of gmc_row_rms_scale in the same order, gmc_rope_slot's rotation), but all rows at once: one reduction
+ * pass, and each RoPE slot's sine and cosine computed once for the G + 1 rows that rotate. Every thread calls it. */
+template <int D, int G>
+__device__ void prep_fused(float (*q_s)[D], float (*kv_s)[D], bool own, const AttnPrep &pr, float pos) {
+    constexpr int NW = ATT_THREADS / 32;
+    __shared__ float part[G + 2][NW];
+    __shared__ float rs_s[G + 2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nr = own ? G + 2 : G; /* rows: q heads, then V, then K */
+    auto row = [&](int r) -> float * { return r < G ? q_s[r] : kv_s[r - G]; };
+    auto normed = [&](int r) { return r < G ? pr.q_norm != NULL : r == G ? pr.v_norm != 0 : pr.k_norm != NULL; };
+    for (int r = 0; r < nr; r++) {
+        const float *x = row(r);
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < D; i += ATT_THREADS) ss = fmaf(x[i], x[i], ss);
+        ss = gmc_warp_sum(ss);
+        if (lane == 0) part[r][warp] = ss;
+    }
+    __syncthreads();
+    if (warp == 0)
+        for (int r = 0; r < nr; r++) {
+            const float v = gmc_warp_sum(lane < NW ? part[r][lane] : 0.0f);
+            if (lane == 0) rs_s[r] = 1.0f / sqrtf(v / (float)D + pr.eps);
+        }
+    __syncthreads();
+    for (int r = 0; r < nr; r++) {
+        float *x = row(r);
+        const bool nm = normed(r);
+        const float *w = r < G ? pr.q_norm : r == G ? NULL : pr.k_norm;
+        const float rs = rs_s[r];
+        for (int i = threadIdx.x; i < D; i += ATT_THREADS) {
+            float v = nm ? __fmul_rn(x[i], rs) : x[i];
+            if (w) v = __fmul_rn(v, w[i]);
+            x[i] = v;
+        }
+    }
+    __syncthreads();
+    const int half = pr.n_rot / 2;
+    for (int i = threadIdx.x; i < D / 2; i += ATT_THREADS) {
+        if (i < half) {
+            float sn, cs;
+            gmc_rope_sincos(i, pos, pr.theta_scale, pr.freq_scale, pr.ff, sn, cs);
+#pragma unroll
+            for (int r = 0; r < G; r++) gmc_rope_rotate(q_s[r], i, half, sn, cs, pr.q_scale);
+            if (own) gmc_rope_rotate(kv_s[1], i, half, sn, cs, 1.0f);
+        } else if (pr.q_scale != 1.0f) {
+#pragma unroll
+            for (int r = 0; r < G; r++) gmc_rope_pass(q_s[r], i, D, pr.n_rot, pr.q_scale);
+        }
+    }
+    __syncthreads();
+}
+
+/* PREP: the preparation fused (AttnPrep; TQ = 1 and one token per sequence): q read raw and prepared in shared
+ * memory, the token's own K/V prepared and stored by the block whose split holds its key, before any key is read;
+ * K/V then read through L2 (ld_kv's CG), as this launch writes cache rows. */
+template <typename KV, int D, int G, int TQ, int TPK, bool PREP = false>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
-    const KV *__restrict__ kc, const KV *__restrict__ vc, int n_slots, int ring, int n_head_kv,
+    const KV *kc, const KV *vc, int n_slots, int ring, int n_head_kv,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
-    int n_splits, const float *__restrict__ q, const AttnOut res) {
+    int n_splits, const float *__restrict__ q, const AttnOut res, const __grid_constant__ AttnPrep pr) {
+    static_assert(!PREP || TQ == 1, "the fused preparation is for one token per block");
     gmc_pdl_wait();
     constexpr int R = TQ * G;
     constexpr int CHUNK = ATT_THREADS / TPK;
@@ -393,6 +477,21 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
         if (t0 + i < n_tokens) v = ((const float4 *)(q + ((size_t)(t0 + i) * n_head + (size_t)kvh * G + g) * D))[e4];
         ((float4 *)&q_s[r][0])[e4] = v;
     }
+    if constexpr (PREP) {
+        __shared__ __align__(16) float kv_s[2][D]; /* the token's V and K rows of this KV head */
+        const bool own = pr.write_kv && split == min((n_keys - 1) / ks, n_splits - 1); /* its split holds key HI */
+        const size_t src = ((size_t)t0 * n_head_kv + kvh) * D;
+        if (own)
+            for (int i = threadIdx.x; i < D; i += ATT_THREADS)
+                kv_s[0][i] = (pr.v_from_k ? pr.k : pr.v)[src + i], kv_s[1][i] = pr.k[src + i];
+        __syncthreads();
+        prep_fused<D, G>(q_s, kv_s, own, pr, (float)HI);
+        if (own) {
+            const size_t dst = (((size_t)sq * n_slots + (ring ? HI % n_slots : HI)) * n_head_kv + kvh) * D;
+            store_row((KV *)vc + dst, kv_s[0], D);
+            store_row((KV *)kc + dst, kv_s[1], D);
+        }
+    }
     if (threadIdx.x < R) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
     float acc[R][DPT];
 #pragma unroll
@@ -416,7 +515,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
             for (int v = 0; v < VPT; v++) {
                 const int e0 = (v * TPK + part) * VE;
                 float kv[VE];
-                ld_kv<KV, VE>(krow + e0, kv);
+                ld_kv<KV, VE, PREP>(krow + e0, kv);
 #pragma unroll
                 for (int r = 0; r < R; r++)
 #pragma unroll
@@ -470,7 +569,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
             const int slot = ring ? vp % n_slots : vp;
             const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D + d0;
             float vv[DPT], pr[R];
-            ld_kv<KV, DPT>(vrow, vv);
+            ld_kv<KV, DPT, PREP>(vrow, vv);
             load_p_row<R>(&p_s[jj][0], pr);
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -604,43 +703,47 @@ extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_he
     return counter_bytes() + partial_bytes(n_tokens, n_head, s, head_dim);
 }
 
-template <typename KV, int D, int G, int TQ, int TPK>
-static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnOut &o, cudaStream_t st) {
+template <typename KV, int D, int G, int TQ, int TPK, bool PREP>
+static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnOut &o, const AttnPrep &pr,
+                        cudaStream_t st) {
     const gm_cuda_kv *kv = a->kv;
     const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)((a->n_tokens + TQ - 1) / TQ));
-    gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK>, grid, ATT_THREADS, 0, st, (const KV *)kv->k, (const KV *)kv->v,
-               kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head, a->window, ks, n_splits,
-               a->q, o);
+    gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP>, grid, ATT_THREADS, 0, st, (const KV *)kv->k,
+               (const KV *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+               a->window, ks, n_splits, a->q, o, pr);
 }
 
-/* G query heads per KV head: one token per block (four threads per key), or tiles of 16 / G tokens (G < 16). */
+/* G query heads per KV head: one token per block (four threads per key; the preparation fused when pr is given),
+ * or tiles of 16 / G tokens (G < 16). */
 template <typename KV, int D, int G>
-static void launch_attn_t(const gm_cuda_attn *a, int tq, int n_splits, int ks, const AttnOut &o, cudaStream_t st) {
+static void launch_attn_t(const gm_cuda_attn *a, int tq, int n_splits, int ks, const AttnOut &o, const AttnPrep *pr,
+                          cudaStream_t st) {
     if constexpr (G < 16)
-        if (tq > 1) return launch_attn<KV, D, G, 16 / G, 1>(a, n_splits, ks, o, st);
-    launch_attn<KV, D, G, 1, 4>(a, n_splits, ks, o, st);
+        if (tq > 1) return launch_attn<KV, D, G, 16 / G, 1, false>(a, n_splits, ks, o, AttnPrep{}, st);
+    if (pr) return launch_attn<KV, D, G, 1, 4, true>(a, n_splits, ks, o, *pr, st);
+    launch_attn<KV, D, G, 1, 4, false>(a, n_splits, ks, o, AttnPrep{}, st);
 }
 
 template <typename KV, int D>
 static int launch_attn_g(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, const AttnOut &o,
-                         cudaStream_t st) {
+                         const AttnPrep *pr, cudaStream_t st) {
     switch (G) {
-    case 1: launch_attn_t<KV, D, 1>(a, tq, n_splits, ks, o, st); return 0;
-    case 2: launch_attn_t<KV, D, 2>(a, tq, n_splits, ks, o, st); return 0;
-    case 4: launch_attn_t<KV, D, 4>(a, tq, n_splits, ks, o, st); return 0;
-    case 8: launch_attn_t<KV, D, 8>(a, tq, n_splits, ks, o, st); return 0;
-    case 16: launch_attn_t<KV, D, 16>(a, tq, n_splits, ks, o, st); return 0;
+    case 1: launch_attn_t<KV, D, 1>(a, tq, n_splits, ks, o, pr, st); return 0;
+    case 2: launch_attn_t<KV, D, 2>(a, tq, n_splits, ks, o, pr, st); return 0;
+    case 4: launch_attn_t<KV, D, 4>(a, tq, n_splits, ks, o, pr, st); return 0;
+    case 8: launch_attn_t<KV, D, 8>(a, tq, n_splits, ks, o, pr, st); return 0;
+    case 16: launch_attn_t<KV, D, 16>(a, tq, n_splits, ks, o, pr, st); return 0;
     }
     return -1;
 }
 
 template <typename KV>
 static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int ks, const AttnOut &o,
-                         cudaStream_t st) {
+                         const AttnPrep *pr, cudaStream_t st) {
     switch (a->kv->head_dim) {
-    case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, o, st);
-    case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, o, st);
-    case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, o, st);
+    case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, o, pr, st);
+    case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, o, pr, st);
+    case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, o, pr, st);
     }
     return -1;
 }
@@ -740,16 +843,30 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     const int64_t K = (int64_t)a->n_head * a->kv->head_dim; /* output values per token */
     if (qt && ((qt != GMC_Q8_0 && qt != GMC_Q8_K) || !a->out_q || K % (qt == GMC_Q8_K ? GMC_QK_K : GMC_QK)))
         return gmc_fail(-1, "attention: quantized output of type %d for %lld values per token", qt, (long long)K);
+    const gm_cuda_prep *p = a->prep;
+    if (p && (!prep_args_ok(p) || p->n_tokens != a->n_tokens || p->pos != a->pos || p->q != a->q ||
+              p->n_head != a->n_head || p->head_dim != a->kv->head_dim ||
+              (p->kv && (p->kv->k != a->kv->k || p->kv->v != a->kv->v || p->seq != a->seq))))
+        return gmc_fail(-1, "attention: a preparation that does not match the attention");
     if (a->n_tokens == 0) return 0;
     const int G = a->n_head / a->kv->n_head_kv;
     const int D = a->kv->head_dim;
+    const int tq = split_shape(D, G) && a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
+    const bool fuse = p && a->one_per_seq && split_shape(D, G) && tq == 1;
+    if (p && !fuse) { /* the preparation's own launch first */
+        const int rc = gm_cuda_attn_prep(p, stream);
+        if (rc) return rc;
+    }
+    AttnPrep pr = {};
+    if (fuse)
+        pr = AttnPrep{p->k, p->v, p->q_norm, p->k_norm, p->freq_factors, p->v_norm, p->v_from_k, p->kv != NULL,
+                      p->n_rot, p->eps, rope_theta_scale(p), p->freq_scale, p->q_scale};
     if (!split_shape(D, G)) {
         const int rc = a->kv->type == GMC_F16 ? launch_attn_warp<__half>(a, stream) : launch_attn_warp<float>(a, stream);
         if (rc) return gmc_fail(-1, "attention: head_dim %d is over 1024", D);
         const int e = gmc_check_launch("attention (one warp per head)");
         return e || !qt ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);
     }
-    const int tq = a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
     if (a->tile_tokens > 1 && a->tile_tokens != tq)
         return gmc_fail(-1, "attention: tiles of %d tokens planned, %d built", a->tile_tokens, tq);
     const int n_splits = n_splits_for(a->n_tokens, a->kv->n_head_kv, a->max_keys, tq);
@@ -768,8 +885,9 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         o.pacc = (float *)((uint8_t *)scratch + counter_bytes());
         o.pml = (float2 *)(o.pacc + (size_t)a->n_tokens * a->n_head * n_splits * D);
     }
-    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, stream)
-                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, o, stream);
+    const AttnPrep *pp = fuse ? &pr : NULL;
+    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, pp, stream)
+                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream);
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", D, G);
     const int e = gmc_check_launch("attention");
     return e || !qt || q_in_kernel ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);

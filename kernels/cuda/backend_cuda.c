@@ -51,9 +51,15 @@ typedef struct cuda_backend {
         const void *act;
         int32_t n;
         const char *what;
-        gm_cuda_attn at;       /* at.kv points at kv when launched */
+        gm_cuda_attn at;       /* at.kv points at kv, at.prep (when set) at prep, when launched */
         gm_cuda_kv kv;
+        gm_cuda_prep prep;     /* prep.kv, when set, points at kv */
     } pend;
+    bool attn_prep_fused;      /* decode steps' attention preparation fused into the attention launch
+                                  (GEMMAC_CUDA_ATTN_PREP_FUSED=1). Off by default: measured slower (H200, E4B q4_0,
+                                  BENCHMARKS.md eleventh session: tg128 at depth 512 336 -> 310 t/s), as every
+                                  split block then pays the q heads' norms and RoPE angles (+5.7 us per attention
+                                  on the critical path) for the one launch (~5.6 us) it saves */
     int lookahead;             /* ops held back (see "lookahead"): 0 none, 1 products, 2 products and attention */
     void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
     size_t top_bytes;
@@ -326,9 +332,23 @@ static const float *wvec(cuda_backend *c, const float *host, int64_t n) {
     return e ? e->dev : NULL;
 }
 
+/* Whether no two of n tokens share a sequence (a decode step); false for sequence ids of ONE_PER_SEQ_MAX and more
+ * (the check's bitmap), which only costs such batches a fast path. */
+enum { ONE_PER_SEQ_MAX = 4096 };
+static bool one_token_per_seq(int32_t n, const int32_t *seq) {
+    if (n > ONE_PER_SEQ_MAX) return false;
+    uint64_t seen[ONE_PER_SEQ_MAX / 64] = {0};
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t s = seq[t];
+        if (s < 0 || s >= ONE_PER_SEQ_MAX || (seen[s >> 6] >> (s & 63) & 1)) return false;
+        seen[s >> 6] |= 1ull << (s & 63);
+    }
+    return true;
+}
+
 /* ---- graphs ----
- * A decode forward (one token, at most one output row) launches the same ~470 kernels with the same arguments
- * every time, except for what the positions decide: the attention split, made a function of a key bound
+ * A decode forward (one token of each of its sequences: graph_eligible) launches the same ~470 kernels with the
+ * same arguments every time, except for what the positions decide: the attention split, made a function of a key bound
  * rounded up to 256 (gbucket) in such forwards, and the positions themselves, which the kernels read from the
  * batch's device int buffer (refreshed by begin_batch's copy, enqueued before the graph). So such forwards are
  * keyed by (n_tokens, n_out, gbucket) and, per key: the first is run eagerly while hashing every op and its
@@ -483,6 +503,10 @@ static void pend_flush(cuda_backend *c) {
     if (c->failed) return;
     if (kind == PEND_ATTN) {
         c->pend.at.kv = &c->pend.kv;
+        if (c->pend.at.prep) {
+            if (c->pend.prep.kv) c->pend.prep.kv = &c->pend.kv;
+            c->pend.at.prep = &c->pend.prep;
+        }
         k_ok(c, gm_cuda_attention(&c->pend.at, c->attn, c->attn_bytes, c->stream), "attention");
     } else {
         k_ok(c, gm_cuda_matmul_multi(&c->pend.m, c->pend.act, c->pend.n, c->stream), c->pend.what);
@@ -500,6 +524,7 @@ static void pend_hold_attention(cuda_backend *c, const gm_cuda_attn *at) {
     pend_flush(c);
     if (c->failed) return;
     c->pend = (struct pend){.kind = PEND_ATTN, .at = *at, .kv = *at->kv};
+    if (at->prep) c->pend.prep = *at->prep;
     if (c->prof || c->lookahead < 2) pend_flush(c);
 }
 
@@ -551,9 +576,17 @@ static void graph_abort(cuda_backend *c) {
     c->gmode = G_EAGER;
 }
 
+/* A decode step: every token of the batch from a different sequence (one sequence's single token, or one token
+ * each of up to GRAPH_MAX_SEQ sequences), so that the host plans nothing from the batch but its size, its output
+ * rows and its key bound (the attention's tiles are single tokens: gm_cuda_attention_plan). Prefill chunks and
+ * mixed batches, whose plans depend on how their tokens group into sequences, run eagerly. */
+static bool graph_eligible(const gm_batch_ints *bi) {
+    return bi->n_tokens >= 1 && bi->n_out <= bi->n_tokens && one_token_per_seq(bi->n_tokens, bi->seq);
+}
+
 static void graph_begin(cuda_backend *c, const gm_batch_ints *bi) {
     c->gmode = G_EAGER, c->gcur = NULL, c->gsig = 0x243f6a8885a308d3ull, c->gbucket = 0, c->glaunched = false;
-    if (!c->graphs || c->failed || bi->n_tokens != 1 || bi->n_out > 1) return;
+    if (!c->graphs || c->failed || !graph_eligible(bi)) return;
     int32_t mp = 1;
     for (int32_t t = 0; t < bi->n_tokens; t++)
         if (bi->pos[t] + 1 > mp) mp = bi->pos[t] + 1;
@@ -1035,15 +1068,16 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
              fbits(pp ? pp->q_scale : 0));
     const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
                            .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
-    if (pp) { /* norms, RoPE and the cache store in one launch */
-        const gm_cuda_prep cp = {
+    gm_cuda_prep cp = {0};
+    if (pp) { /* norms, RoPE and the cache store: one launch, or part of the attention's (gm_cuda_attn.prep) */
+        cp = (gm_cuda_prep){
             .n_tokens = a->n_tokens, .n_head = a->n_head, .head_dim = a->head_dim, .pos = dpos, .seq = dseq,
             .q = (float *)a->q, .k = a->k, .v = a->v, .kv = a->write_kv ? &kv : NULL,
             .q_norm = wvec(c, pp->q_norm, a->head_dim), .k_norm = wvec(c, pp->k_norm, a->head_dim),
             .v_norm = pp->v_norm, .v_from_k = pp->v_from_k, .eps = pp->eps, .n_rot = pp->n_rot, .base = pp->base,
             .freq_scale = pp->freq_scale, .freq_factors = wvec(c, pp->freq_factors, pp->n_rot / 2),
             .q_scale = pp->q_scale};
-        if (c->failed || !k_ok(c, gm_cuda_attn_prep(&cp, c->stream), "attention prep")) return;
+        if (c->failed) return;
     } else if (a->write_kv &&
                !k_ok(c, gm_cuda_kv_store(&kv, a->k, a->v, a->n_tokens, dpos, dseq, c->stream), "kv_store")) {
         return;
@@ -1055,7 +1089,8 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
         return;
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
                              .window = a->window, .max_keys = max_keys, .tile_tokens = tile, .q = a->q,
-                             .out = a->out};
+                             .out = a->out, .prep = pp ? &cp : NULL,
+                             .one_per_seq = c->attn_prep_fused && one_token_per_seq(a->n_tokens, a->seq)};
     pend_hold_attention(c, &at); /* launched by the next op, with the output quantized when that is a matmul of it */
 }
 
@@ -1245,6 +1280,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (dl && *dl) gm_cuda_set_device_layouts(dl[0] != '0');
     const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */
     c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
+    const char *ap = getenv("GEMMAC_CUDA_ATTN_PREP_FUSED"); /* 1: the preparation inside decode attention */
+    c->attn_prep_fused = ap && ap[0] == '1';
     const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */
     c->f16_mode = fw && fw[0] == '0' ? 0 : fw && fw[0] == '1' ? 1 : 2;
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||

@@ -124,26 +124,37 @@ __device__ __forceinline__ void gmc_residual_update(float *xr, const float *add,
 /* NeoX RoPE of pair slot i (< head_dim / 2) of one head h at position pos, then everything times scale: slots
  * i < n_rot / 2 rotate (i, i + n_rot/2) by freq_scale · (pos · theta_scale^i / ff[i]) (theta by repeated
  * multiplication, as gm_ref_rope_neox; ff NULL: 1), the others scale the pass-through dims n_rot + 2(i - n_rot/2)
- * and +1. Each slot touches its own elements, so the slots of a head may run in parallel. */
+ * and +1. Each slot touches its own elements, so the slots of a head may run in parallel. In three parts so that
+ * heads at one position can share a slot's sine and cosine (gmc_rope_sincos, then gmc_rope_rotate per head). */
+__device__ __forceinline__ void gmc_rope_sincos(int i, float pos, float theta_scale, float freq_scale, const float *ff,
+                                                float &s, float &c) {
+    float theta = pos;
+    for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
+    const float f = ff ? ff[i] : 1.0f;
+    const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+    sincosf(angle, &s, &c);
+}
+__device__ __forceinline__ void gmc_rope_rotate(float *h, int i, int half, float s, float c, float scale) {
+    const float x0 = h[i], x1 = h[i + half];
+    float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
+    h[i] = y0, h[i + half] = y1;
+}
+__device__ __forceinline__ void gmc_rope_pass(float *h, int i, int head_dim, int n_rot, float scale) {
+    const int j = n_rot + 2 * (i - n_rot / 2);
+    h[j] = __fmul_rn(h[j], scale);
+    if (j + 1 < head_dim) h[j + 1] = __fmul_rn(h[j + 1], scale);
+}
 __device__ __forceinline__ void gmc_rope_slot(float *h, int i, int head_dim, int n_rot, float pos, float theta_scale,
                                               float freq_scale, const float *ff, float scale) {
     const int half = n_rot / 2;
     if (i < half) {
-        float theta = pos;
-        for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
-        const float f = ff ? ff[i] : 1.0f;
-        const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
         float s, c;
-        sincosf(angle, &s, &c);
-        const float x0 = h[i], x1 = h[i + half];
-        float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-        if (scale != 1.0f) y0 = __fmul_rn(y0, scale), y1 = __fmul_rn(y1, scale);
-        h[i] = y0, h[i + half] = y1;
+        gmc_rope_sincos(i, pos, theta_scale, freq_scale, ff, s, c);
+        gmc_rope_rotate(h, i, half, s, c, scale);
     } else if (scale != 1.0f) {
-        const int j = n_rot + 2 * (i - half);
-        h[j] = __fmul_rn(h[j], scale);
-        if (j + 1 < head_dim) h[j + 1] = __fmul_rn(h[j + 1], scale);
+        gmc_rope_pass(h, i, head_dim, n_rot, scale);
     }
 }
 

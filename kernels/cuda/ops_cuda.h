@@ -278,6 +278,7 @@ typedef struct gm_cuda_kv {
 int gm_cuda_kv_store(const gm_cuda_kv *kv, const float *k, const float *v, int32_t n_tokens, const int32_t *pos,
                      const int32_t *seq, gm_cuda_stream stream);
 
+struct gm_cuda_prep;
 typedef struct gm_cuda_attn {
     const gm_cuda_kv *kv;      /* host struct describing device buffers */
     int32_t n_tokens;
@@ -297,6 +298,15 @@ typedef struct gm_cuda_attn {
     void *out_q;               /* 16-byte aligned, gm_cuda_matmul_scratch_bytes(n_head·head_dim, n_tokens) bytes:
                                   exactly the bytes gm_cuda_quantize_act(out, n_head·head_dim, n_tokens,
                                   out_act_type, out_q) would write (same layout, same f32 values, same quantizer) */
+    const struct gm_cuda_prep *prep; /* NULL: q is prepared and the tokens' K/V are in the cache. Else the
+                                  preparation gm_cuda_attn_prep(prep) makes (same n_tokens, pos, seq, n_head,
+                                  head_dim; prep->kv NULL or a->kv's buffers), done first; q's contents are
+                                  unspecified afterwards. With one_per_seq it is fused into the attention launch
+                                  where that runs one token per block: every block prepares its query heads in
+                                  shared memory, and the block whose split holds the token's own key prepares and
+                                  stores its KV head's K/V before reading keys (the same values, bit for bit) */
+    int32_t one_per_seq;       /* the caller's promise: no two tokens of the batch share a sequence (a decode step),
+                                  so a token's own key is the only one of the batch it sees */
 } gm_cuda_attn;
 
 /* The attention op's preparation (src/model/backend.h gm_attn_prep) fused with the KV store, one launch: per

@@ -1384,6 +1384,99 @@ static void test_attn_prep(void **state) {
     printf("[ cuda     ] attention preparation (norms, RoPE, cache store): %d cases pass\n", cases);
 }
 
+/* ---- the preparation fused into a decode step's attention (gm_cuda_attn.prep with one_per_seq) against the same
+ * preparation launched first (one_per_seq 0): output, quantized output and both caches byte-identical, the cache
+ * filled with earlier keys beforehand; batches of one token per sequence at positions that put the token's own
+ * key in the first, a middle or the last split, in a ring past its wrap, with max_keys exact and rounded up to
+ * 256 (as graphs plan it: empty splits), for a layer that stores its K/V and one that reads another's. ---- */
+static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window, bool ring, bool write_kv,
+                                bool v_from_k, bool round_keys, int out_act) {
+    enum { B = 4, NSEQ = 5 };
+    const int n_slots = ring ? window : 2048;
+    const size_t esz = kv_type == GM_TYPE_F16 ? 2 : 4, row = (size_t)hkv * D;
+    const size_t cache_bytes = (size_t)NSEQ * n_slots * row * esz, qn = (size_t)B * nh * D;
+    int32_t pos[B] = {0, 37, ring ? 3 * window + 17 : 700, ring ? window - 1 : 1999}, seq[B] = {3, 0, 4, 1};
+    uint8_t *cache0 = malloc(2 * cache_bytes); /* k then v: earlier keys, finite */
+    for (size_t i = 0; i < 2 * cache_bytes / esz; i++) {
+        if (esz == 2) ((gm_f16 *)cache0)[i] = gm_f32_to_f16(frand());
+        else ((float *)cache0)[i] = frand();
+    }
+    float *q = rand_vec(qn, 3.0f), *k = rand_vec((size_t)B * row, 3.0f), *v = rand_vec((size_t)B * row, 3.0f);
+    float *qnw = rand_vec((size_t)D, 1.5f), *knw = rand_vec((size_t)D, 1.5f), *ff = malloc(sizeof(float) * D / 2);
+    for (int i = 0; i < D / 2; i++) ff[i] = i < D / 8 ? 1.0f : i < D / 4 ? 1.5f : 1e30f;
+    float *dk = dev_upload(k, sizeof(float) * B * row), *dv = dev_upload(v, sizeof(float) * B * row);
+    float *dqn = dev_upload(qnw, sizeof(float) * D), *dkn = dev_upload(knw, sizeof(float) * D);
+    float *dff = dev_upload(ff, sizeof(float) * D / 2);
+    int32_t *dpos = dev_upload(pos, sizeof pos), *dseq = dev_upload(seq, sizeof seq);
+    int32_t tile = 0, max_keys = 0;
+    gm_cuda_attention_plan(B, pos, seq, window, nh, hkv, D, &tile, &max_keys);
+    assert_int_equal(tile, 1);
+    if (round_keys) max_keys = (max_keys + 255) / 256 * 256;
+    const size_t sb = gm_cuda_attention_scratch_bytes(B, nh, hkv, D, max_keys, tile);
+    const int64_t K = (int64_t)nh * D;
+    const size_t qb = out_act ? gm_cuda_matmul_scratch_bytes(K, B) : 0;
+    uint8_t *got[2][4]; /* [unfused, fused][out, k cache, v cache, quantized out] */
+    for (int fused = 0; fused < 2; fused++) {
+        void *kc = dev_upload(cache0, cache_bytes), *vc = dev_upload(cache0 + cache_bytes, cache_bytes);
+        float *dq = dev_upload(q, sizeof(float) * qn), *dout = dev_alloc(sizeof(float) * qn);
+        void *dscr = sb ? dev_alloc(sb) : NULL;
+        uint8_t *dqo = qb ? dev_alloc(qb) : NULL;
+        dev_poison(dout, sizeof(float) * qn);
+        if (qb) dev_poison(dqo, qb);
+        const gm_cuda_kv kv = {.type = kv_type == GM_TYPE_F16 ? 1 : 0, .n_slots = n_slots, .ring = ring,
+                               .n_head_kv = hkv, .head_dim = D, .k = kc, .v = vc};
+        const gm_cuda_prep p = {.n_tokens = B, .n_head = nh, .head_dim = D, .pos = dpos, .seq = dseq, .q = dq,
+                                .k = dk, .v = v_from_k ? NULL : dv, .kv = write_kv ? &kv : NULL, .q_norm = dqn,
+                                .k_norm = dkn, .v_norm = 1, .v_from_k = v_from_k, .eps = 1e-6f, .n_rot = D / 2,
+                                .base = 1e4f, .freq_scale = 1.0f, .freq_factors = dff, .q_scale = 0.0625f};
+        const gm_cuda_attn a = {.kv = &kv, .n_tokens = B, .pos = dpos, .seq = dseq, .n_head = nh, .window = window,
+                                .max_keys = max_keys, .tile_tokens = tile, .q = dq, .out = dout,
+                                .out_act_type = out_act, .out_q = dqo, .prep = &p, .one_per_seq = fused};
+        CK(gm_cuda_attention(&a, dscr, sb, NULL));
+        got[fused][0] = malloc(sizeof(float) * qn), got[fused][1] = malloc(cache_bytes);
+        got[fused][2] = malloc(cache_bytes), got[fused][3] = qb ? malloc(qb) : NULL;
+        dev_download(got[fused][0], dout, sizeof(float) * qn);
+        dev_download(got[fused][1], kc, cache_bytes), dev_download(got[fused][2], vc, cache_bytes);
+        if (qb) dev_download(got[fused][3], dqo, qb);
+        CU(cudaFree(kc)); CU(cudaFree(vc)); CU(cudaFree(dq)); CU(cudaFree(dout));
+        if (dscr) CU(cudaFree(dscr));
+        if (dqo) CU(cudaFree(dqo));
+    }
+    char what[200];
+    const char *names[4] = {"output", "k cache", "v cache", "quantized output"};
+    const size_t sizes[4] = {sizeof(float) * qn, cache_bytes, cache_bytes, qb};
+    for (int i = 0; i < 4; i++) {
+        if (!sizes[i]) continue;
+        snprintf(what, sizeof what, "fused attention prep %d/%d D=%d %s window=%d%s%s%s%s: %s", nh, hkv, D,
+                 esz == 2 ? "f16" : "f32", window, ring ? " ring" : "", write_kv ? "" : " (reads another layer's cache)",
+                 v_from_k ? " v=k" : "", round_keys ? " (max_keys rounded)" : "", names[i]);
+        expect_bytes_equal(what, got[1][i], got[0][i], sizes[i]);
+    }
+    if (write_kv) /* the keys were stored: the cache changed where the batch's tokens are */
+        assert_true(memcmp(got[1][1], cache0, cache_bytes) != 0);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 4; i++) free(got[f][i]);
+    free(cache0), free(q), free(k), free(v), free(qnw), free(knw), free(ff);
+    CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dqn)); CU(cudaFree(dkn)); CU(cudaFree(dff));
+    CU(cudaFree(dpos)); CU(cudaFree(dseq));
+}
+
+static void test_attn_prep_fused(void **state) {
+    (void)state;
+    int cases = 0;
+    for (int D = 128; D <= 512; D *= 2)
+        for (int variant = 0; variant < 6; variant++) {
+            const int G = variant < 2 ? 4 : variant < 4 ? 2 : variant == 4 ? 8 : 1;
+            const int hkv = G == 8 ? 1 : 2;
+            run_attn_prep_fused(D, G * hkv, hkv, variant % 3 == 2 ? GM_TYPE_F32 : GM_TYPE_F16,
+                                variant % 2 ? 512 : 0, variant % 2 == 1, variant != 3, variant == 4, variant >= 2,
+                                variant == 0 ? GM_TYPE_Q8_0 : variant == 5 && D >= 256 ? GM_TYPE_Q8_K : 0);
+            cases++;
+        }
+    printf("[ cuda     ] attention preparation fused into decode attention: %d cases byte-identical to its own launch\n",
+           cases);
+}
+
 /* ---- top logits: each row's k best, ids and values bit-identical to the host selection (gm_top_logits_row,
  * linked in from src/sample/top_logits.c: CMakeLists.txt) ---- */
 #include <float.h>
@@ -1617,7 +1710,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_sgemm),
         cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
