@@ -576,10 +576,10 @@ static void graph_abort(cuda_backend *c) {
     c->gmode = G_EAGER;
 }
 
-/* A decode step: every token of the batch from a different sequence (one sequence's single token, or one token
- * each of up to GRAPH_MAX_SEQ sequences), so that the host plans nothing from the batch but its size, its output
- * rows and its key bound (the attention's tiles are single tokens: gm_cuda_attention_plan). Prefill chunks and
- * mixed batches, whose plans depend on how their tokens group into sequences, run eagerly. */
+/* A decode step: every token of the batch from a different sequence (one_token_per_seq), so that the host plans
+ * nothing from the batch but its size, its output rows and its key bound (the attention's tiles are single tokens:
+ * gm_cuda_attention_plan). Prefill chunks and mixed batches, whose plans depend on how their tokens group into
+ * sequences, run eagerly. */
 static bool graph_eligible(const gm_batch_ints *bi) {
     return bi->n_tokens >= 1 && bi->n_out <= bi->n_tokens && one_token_per_seq(bi->n_tokens, bi->seq);
 }
