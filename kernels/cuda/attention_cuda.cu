@@ -389,6 +389,7 @@ __device__ void prep_fused(float (*q_s)[D], float (*kv_s)[D], bool own, const At
     auto row = [&](int r) -> float * { return r < G ? q_s[r] : kv_s[r - G]; };
     auto normed = [&](int r) { return r < G ? pr.q_norm != NULL : r == G ? pr.v_norm != 0 : pr.k_norm != NULL; };
     for (int r = 0; r < nr; r++) {
+        if (!normed(r)) continue; /* the same for the whole block */
         const float *x = row(r);
         float ss = 0.0f;
         for (int i = threadIdx.x; i < D; i += ATT_THREADS) ss = fmaf(x[i], x[i], ss);
@@ -398,6 +399,7 @@ __device__ void prep_fused(float (*q_s)[D], float (*kv_s)[D], bool own, const At
     __syncthreads();
     if (warp == 0)
         for (int r = 0; r < nr; r++) {
+            if (!normed(r)) continue;
             const float v = gmc_warp_sum(lane < NW ? part[r][lane] : 0.0f);
             if (lane == 0) rs_s[r] = 1.0f / sqrtf(v / (float)D + pr.eps);
         }
