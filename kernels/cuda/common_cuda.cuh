@@ -1,5 +1,5 @@
 /* common_cuda.cuh: what every .cu file of the CUDA backend shares: the GGUF block layouts (mirrors of
- * src/quant/quant_blocks.h, which is C11-only), unaligned word loads, warp reductions, and the error
+ * src/quant/quant_blocks.h, which is C11-only), unaligned word loads, warp reductions, cp.async into shared memory, and the error
  * recording behind gm_cuda_last_error(). No kernels live here. */
 #ifndef GM_COMMON_CUDA_CUH
 #define GM_COMMON_CUDA_CUH
@@ -186,22 +186,68 @@ __device__ __forceinline__ void gmc_prefetch_l2(const void *p, uint64_t bytes, i
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
 }
 
+/* cp.async of 16 (through L2 only), 8 or 4 bytes into shared memory; src_bytes 0 fills zeros (tiles past K). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 /* Whether launches carry the PDL attribute (process-wide; GEMMAC_CUDA_PDL=0 turns it off; set by
  * gm_cuda_set_pdl). */
 int gmc_pdl_enabled(void);
 
-/* Launches kernel k<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled. The kernel
- * must follow the rule above. */
+/* Launches kernel k<<<grid, block, smem, stream>>>(args...) with the PDL attribute when enabled, in clusters of
+ * `cluster` blocks when that is more than one (sm_90; grid a multiple of it). The kernel must follow the rule
+ * above. */
+template <typename... KArgs, typename... Args>
+static inline void gmc_launch_cluster(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                      dim3 cluster, Args... args) {
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    if (gmc_pdl_enabled()) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster.x * cluster.y * cluster.z > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = cluster.x, attr[na].val.clusterDim.y = cluster.y;
+        attr[na++].val.clusterDim.z = cluster.z;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cfg.attrs = attr, cfg.numAttrs = na;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
+
 template <typename... KArgs, typename... Args>
 static inline void gmc_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                               Args... args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
-    cfg.attrs = attr, cfg.numAttrs = gmc_pdl_enabled() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+    gmc_launch_cluster(k, grid, block, smem, stream, dim3(1, 1, 1), args...);
 }
 
 #endif

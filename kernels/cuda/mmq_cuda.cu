@@ -73,31 +73,6 @@ __device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b
 #endif
 }
 
-/* cp.async of 16 (through L2 only) or 4 bytes into shared memory; src_bytes 0 fills zeros (tiles past K). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 /* The 32-bit word at p in shared memory, p only 2-byte aligned (two 16-bit loads). */
 __device__ __forceinline__ uint32_t lds_word_a2(const uint8_t *p) {
     return (uint32_t)*(const uint16_t *)p | (uint32_t)*(const uint16_t *)(p + 2) << 16;
