@@ -1,10 +1,11 @@
 /* cuda_mmq_probe.cu: one projection of a batched decoding step on Gemma 4 E4B shapes (the PLE gate, o_proj, a QKV-sized
- * matrix, the GeGLU, down) at q4_0 and n = 16 / 64 columns, through each tensor-core path: the default one (the
- * activations converted to f16, cuBLAS on f16 copies of the weights made once, the epilogue launch) and the int8
- * kernel of mmq_cuda.cu on the q4_0 blocks (q8_0 activation preparation + the kernel) at 32 and 64 rows per block.
+ * matrix, the GeGLU, down) at q4_0 and n = 16 / 64 / 128 / 256 columns, through each tensor-core path: cuBLAS (the
+ * activations converted to f16, cuBLAS on f16 copies of the weights made once, the epilogue launch), the f16 kernel
+ * of qgemm_cuda.cu on the q4_0 blocks (the same f16 activations + the kernel), and the int8 kernel of mmq_cuda.cu
+ * (q8_0 activation preparation + the kernel, 32 rows per block).
  * Time per product: cudaEvent over 100 back-to-back calls after 5 warm-ups (no graph, no PDL: each call's launches
  * are separate). Weights are constant bytes (timing only). Prints one line per product and path; BENCHMARKS.md
- * records it. Usage: cuda_mmq_probe */
+ * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] cuda_mmq_probe */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +54,13 @@ int main(void) {
         {"3072 x 2560 (QKV-sized)", 2560, 3072, 1, GM_CUDA_EPI_STORE},
         {"GeGLU 2 x 10240 x 2560", 2560, 10240, 2, GM_CUDA_EPI_GEGLU},
         {"down 2560 x 10240", 10240, 2560, 1, GM_CUDA_EPI_STORE}};
-    static const int ns[] = {16, 64};
+    static const int ns[] = {16, 64, 128, 256};
     void *cublas = NULL, *ws = NULL;
+    const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* as the backend reads it */
+    if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     if (cudaMalloc(&ws, 32 << 20) != cudaSuccess || gm_cuda_gemm_create(&cublas, ws, 32 << 20)) die("setup");
-    printf("| product (q4_0) | n | f16 weights + cuBLAS us | int8, 32 rows us | int8, 64 rows us |\n|---|---:|---:|---:|---:|\n");
+    printf("| product (q4_0) | n | f16 weights + cuBLAS us | qgemm (q4_0 blocks, f16 mma) us | int8, 32 rows us |\n"
+           "|---|---:|---:|---:|---:|\n");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             const int K = shapes[si].K, M = shapes[si].M, n = ns[ni];
@@ -78,15 +82,19 @@ int main(void) {
                 c.m.y[i] = i ? NULL : y;
             }
             c.in = (gm_cuda_act_in){.x = x, .K = K, .n = n, .res_scale = 1.0f};
-            gm_cuda_set_mmq_max_n(0);
+            gm_cuda_set_mmq_max_n(0), gm_cuda_set_qgemm_max_n(256);
             c.scratch_bytes = gm_cuda_gemm_scratch_bytes(&c.m, n);
+            gm_cuda_set_qgemm_max_n(0);
+            const size_t sb = gm_cuda_gemm_scratch_bytes(&c.m, n);
+            if (sb > c.scratch_bytes) c.scratch_bytes = sb;
             cudaMalloc(&c.scratch, c.scratch_bytes), cudaMalloc(&c.xq, gm_cuda_matmul_scratch_bytes(K, n));
             const float t16 = time_us(run_f16, &c);
-            float t8[2];
-            gm_cuda_set_mmq_max_n(256);
-            for (int r = 0; r < 2; r++) gm_cuda_set_mmq_rows(32 << r), t8[r] = time_us(run_int8, &c);
+            gm_cuda_set_qgemm_max_n(256);
+            const float tq = time_us(run_f16, &c);
+            gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_mmq_max_n(256), gm_cuda_set_mmq_rows(32);
+            const float t8 = time_us(run_int8, &c);
             gm_cuda_set_mmq_max_n(-1), gm_cuda_set_mmq_rows(-1);
-            printf("| %s | %d | %.1f | %.1f | %.1f |\n", shapes[si].name, n, t16, t8[0], t8[1]);
+            printf("| %s | %d | %.1f | %.1f | %.1f |\n", shapes[si].name, n, t16, tq, t8);
             for (int i = 0; i < c.m.n_w; i++) cudaFree((void *)c.m.w[i].data), cudaFree((void *)c.m.w[i].f16);
             cudaFree(y), cudaFree(mul), cudaFree(x), cudaFree(c.scratch), cudaFree(c.xq);
         }

@@ -869,8 +869,9 @@ static bool have_cublas(cuda_backend *c) {
 
 static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *in, const gm_tensor *const *ts) {
     if (!gm_cuda_gemm_eligible(m, in->n)) return false;
-    f16_copies(c, m, ts);
-    if (c->failed || !have_cublas(c)) return true;
+    const bool q = gm_cuda_qgemm_eligible(m, in->n); /* q4_0 straight from the blocks: no f16 copies, no cuBLAS */
+    if (!q) f16_copies(c, m, ts);
+    if (c->failed || (!q && !have_cublas(c))) return true;
     if (grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, in->n), "GEMM scratch"))
         k_ok(c, gm_cuda_gemm_multi(c->cublas, m, in, c->gemm, c->gemm_bytes, c->stream), "GEMM");
     return true;
@@ -1266,6 +1267,10 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->graphs = !(ge && ge[0] == '0');
     const char *mq = getenv("GEMMAC_CUDA_MMQ_MAX_N"); /* largest batch on the int8 tensor-core path */
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
+    const char *qm = getenv("GEMMAC_CUDA_QGEMM_MAX_N"); /* largest batch of q4_0 products from the blocks */
+    if (qm && *qm) gm_cuda_set_qgemm_max_n(atoi(qm));
+    const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* most blocks such a product's K is split over */
+    if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     const char *mr = getenv("GEMMAC_CUDA_MMQ_ROWS"); /* rows per block of that path: 32 or 64 */
     if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */

@@ -3,7 +3,8 @@
  * matrix, the activations (optionally rmsnorm'ed first) converted to f16 with a power-of-two scale per column,
  * one cuBLAS f16 x f16 -> f32 GEMM, and an epilogue that undoes the scale, splits the segments and applies the
  * GeGLU / gelu·mul. Owns those kernels and the cuBLAS call; the cuBLAS handle and the scratch belong to the
- * caller (backend_cuda.c). The matvec path for few columns lives in matmul_cuda.cu.
+ * caller (backend_cuda.c). The matvec path for few columns lives in matmul_cuda.cu; q4_0 batches of up to
+ * gm_cuda_set_qgemm_max_n columns go to qgemm_cuda.cu's kernel (same activations, no f16 weights, no cuBLAS).
  *
  * Numbers (Gemma 4 E4B, Q4_0, 512 tokens): weights 2.6 GB read, 9.2 GB f16 written and read back by the GEMM:
  * ~21 GB -> ~5 ms at 4.3 TB/s; GEMM 2 · 4.6e9 · 512 = 4.7 TFLOP -> ~6-8 ms at 600-800 TFLOPS. Predicted
@@ -163,6 +164,8 @@ static bool stacked_f16(const gm_cuda_multi *m) {
 }
 
 extern "C" size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n) {
+    if (gm_cuda_qgemm_eligible(m, n)) /* f16 activations and column scales only */
+        return align256((size_t)n * m->w[0].ne0 * 2) + align256((size_t)n * sizeof(float));
     const int64_t mtot = chunk_rows(m); /* rows of one GEMM */
     const int64_t K = m->w[0].ne0;
     const size_t wf = all_dense_f16(m) ? 0 : align256((size_t)mtot * K * 2); /* the dequantized stack */
@@ -225,7 +228,7 @@ static int gemm_f16(cublasHandle_t h, const __half *W, int64_t rows, int32_t n, 
 extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
                                   size_t scratch_bytes, gm_cuda_stream stream) {
     const int32_t n = in ? in->n : 0;
-    if (!cublas || !m || !in || !in->x || !gm_cuda_gemm_eligible(m, n) || in->K != m->w[0].ne0 ||
+    if (!m || !in || !in->x || !gm_cuda_gemm_eligible(m, n) || in->K != m->w[0].ne0 ||
         (m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1)) ||
         (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
         return gmc_fail(-1, "gemm_multi: bad arguments");
@@ -233,6 +236,13 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
         return gmc_fail(-1, "gemm_multi: scratch of %zu bytes, %zu needed", scratch_bytes,
                         gm_cuda_gemm_scratch_bytes(m, n));
     const int64_t K = m->w[0].ne0, rows = chunk_rows(m);
+    if (gm_cuda_qgemm_eligible(m, n)) { /* q4_0 blocks straight into the tensor cores (qgemm_cuda.cu) */
+        __half *xf = (__half *)scratch;
+        float *cs = (float *)((uint8_t *)scratch + align256((size_t)n * K * 2));
+        const int rc = gm_cuda_prepare_act_f16(in, xf, cs, stream);
+        return rc ? rc : gm_cuda_qgemm(m, xf, cs, n, stream);
+    }
+    if (!cublas) return gmc_fail(-1, "gemm_multi: no cuBLAS handle");
     int64_t mtot = 0;
     GemmEpi e = {};
     e.n_seg = m->n_w, e.epi = m->epi, e.mul = m->mul;

@@ -1138,6 +1138,9 @@ static void test_next_quant(void **state) {
  * the f32 activations (the path keeps 11 significant bits of both): 1e-3 relative in norm, 1.5e-3 through the
  * GeGLU / gelu·mul epilogues (two rounded products in one output; 1.07e-3 was met); the epilogues, the
  * fused rmsnorm and a column of huge values (the power-of-two column scale keeps f16 from overflowing). ---- */
+/* Which kernel run_gemm expects to take the product: 1 qgemm_cuda.cu's, 0 cuBLAS, -1 either. */
+static int g_want_qgemm = -1;
+
 /* m_single > 0: one matrix of that many rows (epilogue STORE) */
 static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm, bool res, int64_t m_single) {
     const int64_t Ms[3] = {m_single ? m_single : epi == GM_CUDA_EPI_STORE ? 100 : 96,
@@ -1162,6 +1165,9 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
     float *dmul = dev_upload(mul, sizeof(float) * Ms[0] * n);
     if (epi == GM_CUDA_EPI_GELU_MUL) m.mul = dmul;
     if (!gm_cuda_gemm_eligible(&m, n)) fail_msg("gemm: %s n=%d not eligible", gm_type_traits_of(type)->name, n);
+    if (g_want_qgemm >= 0 && gm_cuda_qgemm_eligible(&m, n) != g_want_qgemm)
+        fail_msg("gemm: %s K=%lld n=%d %s the q4_0 kernel", gm_type_traits_of(type)->name, (long long)K, n,
+                 g_want_qgemm ? "not taken by" : "taken by");
     const size_t sb = gm_cuda_gemm_scratch_bytes(&m, n);
     void *scr = dev_alloc(sb);
     float *dadd = NULL, *drw = NULL;
@@ -1238,6 +1244,8 @@ static void test_gemm(void **state) {
     void *cublas = NULL;
     CK(gm_cuda_gemm_create(&cublas, NULL, 0));
     gm_cuda_set_mmq_max_n(0); /* q4_0 / q8_0 batches here too, not on the int8 path (test_fused_proj has those) */
+    gm_cuda_set_qgemm_max_n(0); /* ... nor on the q4_0 kernel (test_qgemm has those) */
+    g_want_qgemm = 0;
     int cases = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int epi = 0; epi < 3; epi++)
@@ -1252,9 +1260,45 @@ static void test_gemm(void **state) {
     run_gemm(cublas, GM_TYPE_F16, 512, 17, GM_CUDA_EPI_STORE, false, true, 333), cases++;
     gm_cuda_set_gemm_chunk_log2(0);
     gm_cuda_set_mmq_max_n(-1);
+    gm_cuda_set_qgemm_max_n(-1);
+    g_want_qgemm = -1;
     gm_cuda_gemm_destroy(cublas);
     printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused residual + rmsnorm), each with the weights "
            "dequantized per product, from f16 copies and from stacked f16 copies: %d cases pass (1e-3 relative in norm vs the exact product, "
+           "1.5e-3 through an epilogue)\n", cases);
+}
+
+/* ---- q4_0 batches on qgemm_cuda.cu's kernel (the blocks dequantized in registers, f16 mma): run_gemm's
+ * tolerances (the same roundings as the f16 copies + cuBLAS). Cases: the three epilogues with and without the
+ * fused residual + rmsnorm; K of one chunk (128: never split), of few chunks (512: at most 2 splits) and of many
+ * (2560: up to 8); 16..64 columns (2, 4 or 8 n-tiles, a partial last one), 65..256 (several column blocks);
+ * segments that straddle warps and blocks (100 + 37 + 64 rows), GeGLU halves of 96 rows (a partial second block),
+ * a matrix of 1000 rows (8 row blocks); K split over a cluster's blocks and not split. ---- */
+static void test_qgemm(void **state) {
+    (void)state;
+    gm_cuda_set_mmq_max_n(0);
+    gm_cuda_set_qgemm_max_n(256);
+    g_want_qgemm = 1;
+    static const int64_t Ks[] = {128, 512, 2560};
+    int cases = 0;
+    for (int split = 0; split < 2; split++) {
+        gm_cuda_set_qgemm_splits(split ? -1 : 1);
+        for (int k = 0; k < 3; k++)
+            for (int epi = 0; epi < 3; epi++)
+                for (int v = 0; v < 3; v++) {
+                    const int n = v == 0 ? GM_CUDA_GEMM_MIN_N + (int)urand(49) : v == 1 ? 16 : 65 + (int)urand(192);
+                    run_gemm(NULL, GM_TYPE_Q4_0, Ks[k], n, epi, v >= 1, v == 2, 0);
+                    cases++;
+                }
+        run_gemm(NULL, GM_TYPE_Q4_0, 2560, 64, GM_CUDA_EPI_STORE, true, false, 1000), cases++;
+        run_gemm(NULL, GM_TYPE_Q4_0, 512, 256, GM_CUDA_EPI_STORE, false, true, 1000), cases++;
+    }
+    g_want_qgemm = -1;
+    gm_cuda_set_qgemm_splits(-1);
+    gm_cuda_set_qgemm_max_n(-1);
+    gm_cuda_set_mmq_max_n(-1);
+    printf("[ cuda     ] q4_0 tensor-core kernel (blocks dequantized in registers, epilogues, fused residual + "
+           "rmsnorm), K split over a cluster and not: %d cases pass (1e-3 relative in norm vs the exact product, "
            "1.5e-3 through an epilogue)\n", cases);
 }
 
@@ -1710,7 +1754,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
         cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
