@@ -156,7 +156,7 @@ size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
                        size_t scratch_bytes, gm_cuda_stream stream);
 /* The q4_0 part of that path (qgemm_cuda.cu), taken by gm_cuda_gemm_multi for GM_CUDA_GEMM_MIN_N ..
- * gm_cuda_set_qgemm_max_n columns of q4_0 matrices (K a multiple of 64, rows of 4-byte words): the blocks
+ * gm_cuda_set_qgemm_max_n columns of q4_0 matrices (K a multiple of 128, rows at 8-byte boundaries): the blocks
  * dequantized in registers into f16 tensor-core products, m's epilogue in the same launch. xh / col_scale:
  * gm_cuda_prepare_act_f16's (xh 16-byte aligned). Products of few rows split K over the blocks of a cluster. */
 int gm_cuda_qgemm_eligible(const gm_cuda_multi *m, int32_t n);

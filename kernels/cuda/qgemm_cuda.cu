@@ -23,9 +23,9 @@
  * block) × 64 columns: warps w and w + 4 share rows 32w .. 32w + 31 and take blocks 0-1 and 2-3 of each K chunk of
  * 128 values (four q4_0 blocks; their sums added in a fixed order at the end). A chunk's weights (72 bytes a row: an
  * odd block's nibbles are 4-byte aligned, an even block's two words shifted) and activations go into a shared
- * memory stage by cp.async, QG_STAGES chunks in flight, one barrier a chunk. K is split over the blocks of a
- * cluster (sm_90, up to 8) when that shortens the slowest block (qg_plan: whole waves × chunks per split): each
- * keeps its partial tile in shared memory, and after a cluster barrier each block adds up its share of the tile's
+ * memory stage by cp.async, QG_STAGES chunks in flight, one barrier a chunk. Products of few row blocks (o_proj,
+ * down: 20 blocks of 128 rows for 132 SMs) split K over the blocks of a cluster (sm_90, up to 8): each keeps its
+ * partial tile in shared memory, and after a cluster barrier each block adds up its share of the tile's
  * outputs from all of them (distributed shared memory, in rank order: deterministic) and applies the epilogue: the
  * column scale, the segments, GeGLU or gelu·mul.
  *
@@ -34,10 +34,10 @@
  * path. Measured (H200, 2026-12-03, BENCHMARKS.md "twelfth session"): correct, but slower than cuBLAS on f16 copies
  * (GeGLU 20480 × 2560 at 64 columns 50 us a call against 43; E4B 64 sequences 5.8k t/s against 7.6k). Nsight
  * Compute (the GeGLU): 8 instructions per mma, 0.35 issued per scheduler cycle with 3.6 warps resident and 0.6
- * eligible (latency-bound), and 1.2 waves of blocks. On the way (each in the raw log): partial tiles handed over
- * through global memory to the tile's last block (a serial sum: 45-110 us a product); weight words loaded into
- * registers one chunk ahead (too little in flight: down at 1 split 62 GB/s); 4 warps of 32 rows, chunks of 64
- * values. What it would take: Marlin's shape (weights repacked at upload so one 16-byte load holds a lane's
+ * eligible (latency-bound), and 1.2 waves of blocks (a split count chosen by whole waves measured slower). On the
+ * way (each in the raw log): partial tiles handed over through global memory to the tile's last block (a serial
+ * sum: 45-110 us a product); weight words loaded into registers one chunk ahead (too little in flight: down at 1
+ * split 62 GB/s); 4 warps of 32 rows, chunks of 64 values. What it would take: Marlin's shape (weights repacked at upload so one 16-byte load holds a lane's
  * fragments for several mma, a 2-instruction dequantization, B by ldmatrix, fragments double-buffered across the
  * barrier). Off by default (gm_cuda_set_qgemm_max_n, GEMMAC_CUDA_QGEMM_MAX_N). */
 #include <cooperative_groups.h>
@@ -57,7 +57,9 @@ enum {
                                 4 lanes hit different banks in each half warp */
     QG_X_BYTES = QG_BN * QG_XS * 2, QG_STAGE_BYTES = QG_X_BYTES + QG_BM * QG_WS, /* 18432 + 10240 */
     QG_STAGES = 3, QG_TS = QG_BM + 4, /* floats per column of the output tile */
-    QG_MAX_SPLITS = 8,       /* K split over at most this many blocks: a tile's are one cluster (portable size) */
+    QG_MIN_BLOCKS = 264,     /* split K until a product has this many blocks (2 per SM) */
+    QG_MAX_SPLITS = 8,       /* ... in at most this many: the blocks of a tile are one cluster (portable size) */
+    QG_MIN_CHUNKS = 2,       /* ... but give each split at least this many chunks */
     QG_EPI_UNROLL = 4,
     QG_MAX_N_DEFAULT = 0     /* off: slower than cuBLAS on f16 copies (above) */
 };
@@ -300,21 +302,20 @@ struct QgPlan {
     int chunks_per_split;
 };
 
-/* The blocks of this kernel the current device runs at once (QG_MIN_RESIDENT per SM), or 0 when it cannot launch
- * clusters (before sm_90): K is split over blocks only then. */
-static int blocks_per_wave(void) {
-    static int cached[16] = {0}; /* 0 unknown, -1 no clusters, else the blocks */
-    int dev = 0, v = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
-    if (dev < 16 && cached[dev]) return cached[dev] > 0 ? cached[dev] : 0;
-    const bool ok = cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev) == cudaSuccess && v &&
-                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0;
-    if (dev < 16) cached[dev] = ok ? QG_MIN_RESIDENT * sms : -1;
-    return ok ? QG_MIN_RESIDENT * sms : 0;
+/* Whether the current device launches clusters (sm_90): K is split over blocks only then. */
+static bool clusters_ok(void) {
+    static int cached[16] = {0}; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+    if (dev < 16 && cached[dev]) return cached[dev] == 1;
+    const bool ok = cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev) == cudaSuccess && v;
+    if (dev < 16) cached[dev] = ok ? 1 : 2;
+    return ok;
 }
 
-/* The split of K: the count S (1 .. QG_MAX_SPLITS) that minimises waves(S) × chunks per split, the time of the
- * slowest block (a partial last wave costs a whole one: 320 blocks in waves of 264 ran 1.2 waves at the cost of 2). */
+/* The split of K: enough blocks for two per SM of an H200 (QG_MIN_BLOCKS), at most QG_MAX_SPLITS, each split at
+ * least QG_MIN_CHUNKS chunks. (Choosing the count by whole waves × chunks per split measured slower: the GeGLU at
+ * 64 columns 50 -> 61 us with 3 splits instead of 2.) */
 static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n) {
     QgPlan p = {};
     int64_t rows = 0;
@@ -323,14 +324,13 @@ static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n) {
     p.row_blocks = (unsigned)((rows + QG_BM - 1) / QG_BM);
     p.col_blocks = (unsigned)((n + QG_BN - 1) / QG_BN);
     const int n_chunks = (int)(m->w[0].ne0 / QG_KC);
-    const int64_t tiles = (int64_t)p.row_blocks * p.col_blocks, wave = blocks_per_wave();
+    const int64_t tiles = (int64_t)p.row_blocks * p.col_blocks;
     int splits = 1;
-    if (wave > 0) {
-        int64_t best = -1;
-        for (int sp = 1; sp <= g_qgemm_max_splits && sp <= n_chunks; sp++) {
-            const int64_t cost = (tiles * sp + wave - 1) / wave * ((n_chunks + sp - 1) / sp);
-            if (best < 0 || cost < best) best = cost, splits = sp;
-        }
+    if (tiles < QG_MIN_BLOCKS && g_qgemm_max_splits > 1 && clusters_ok()) {
+        splits = (int)((QG_MIN_BLOCKS + tiles - 1) / tiles);
+        if (splits > g_qgemm_max_splits) splits = g_qgemm_max_splits;
+        if (splits > n_chunks / QG_MIN_CHUNKS) splits = n_chunks / QG_MIN_CHUNKS;
+        if (splits < 1) splits = 1;
     }
     p.chunks_per_split = (n_chunks + splits - 1) / splits;
     p.splits = (unsigned)((n_chunks + p.chunks_per_split - 1) / p.chunks_per_split); /* no empty split */
