@@ -1,6 +1,6 @@
 /* common_cuda.cuh: what every .cu file of the CUDA backend shares: the GGUF block layouts (mirrors of
- * src/quant/quant_blocks.h, which is C11-only), unaligned word loads, warp reductions, cp.async into shared memory, and the error
- * recording behind gm_cuda_last_error(). No kernels live here. */
+ * src/quant/quant_blocks.h, which is C11-only), unaligned word loads, warp reductions, cp.async into shared memory,
+ * the mma.sync wrappers, and the error recording behind gm_cuda_last_error(). No kernels live here. */
 #ifndef GM_COMMON_CUDA_CUH
 #define GM_COMMON_CUDA_CUH
 
@@ -214,6 +214,25 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* One tensor-core mma.sync (sm_80+) accumulating into c: m16n8k32 s8 × s8 -> s32 (mmq_cuda.cu), m16n8k16
+ * f16 × f16 -> f32 (qgemm_cuda.cu); a: the A fragment, b0 / b1: the B fragment. */
+__device__ __forceinline__ void mma_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 

@@ -100,15 +100,6 @@ __device__ __forceinline__ bool qg_row(const QgArgs &a, int rb, int i, int &seg,
     return v < a.m_end[a.n_seg - 1];
 }
 
-__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
 /* Two q4_0 values (the nibbles in bytes 0 and 1, or 2 and 3, of t: sel 0x4140 or 0x4342) as f16 d·(q − 8). */
 __device__ __forceinline__ uint32_t q4_pair(uint32_t t, uint32_t sel, __half2 d2, __half2 k1032) {
     const uint32_t biased = __byte_perm(t, 0x64u, sel); /* f16 1024 + q in each half */
@@ -204,13 +195,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32, QG_MIN_RESIDENT) qgemm_q4_0_ker
         cp_async_commit(); /* group s: stage s complete (group 0 also holds every early weight copy) */
     }
 
-    float acc[QG_MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < QG_MT; mt++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.0f;
+    float acc[QG_MT][NT][4] = {};
 
     const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
     for (int ch = 0; ch < n_ch; ch++) {
