@@ -4,7 +4,8 @@
  * kernels do not read are dequantized to f32 on the way, q6_K re-laid into aligned blocks: ops_cuda.h's device
  * layouts), the staging of each batch's integer arrays (begin_batch: one pinned copy per forward; ops map the
  * host pointers they receive onto it), scratch sized on demand, the choice between the mat-vec and the
- * tensor-core (cuBLAS, handle made on first use) paths of a projection, CUDA graphs of decode forwards, the
+ * tensor-core (cuBLAS, handle made on first use) paths of a projection, chains of one-column products (one
+ * persistent launch for several, off by default), CUDA graphs of decode forwards, the
  * per-op profile (GEMMAC_CUDA_PROFILE=1), and error capture: the first failure is remembered with its message,
  * later ops do nothing, and end_batch reports it. read() is the one host synchronisation of a forward. Leaves
  * to others: the kernels (the .cu files beside it), what a forward computes (src/model), when contexts choose
@@ -54,7 +55,12 @@ typedef struct cuda_backend {
         gm_cuda_attn at;       /* at.kv points at kv, at.prep (when set) at prep, when launched */
         gm_cuda_kv kv;
         gm_cuda_prep prep;     /* prep.kv, when set, points at kv */
+        int32_t n_chain;       /* PEND_CHAIN: steps held for one chain launch (see "chains") */
+        gm_cuda_chain_step chain[GM_CUDA_CHAIN_MAX];
     } pend;
+    bool chains;               /* one-column products chained into persistent launches (GEMMAC_CUDA_CHAIN=1) */
+    double chain_max_bytes;    /* ... of at most this many weight bytes each (GEMMAC_CUDA_CHAIN_MAX_MB; 0: any) */
+    void *chain_bar;           /* the chain kernels' grid barrier (a u64, zeroed once) */
     bool attn_prep_fused;      /* decode steps' attention preparation fused into the attention launch
                                   (GEMMAC_CUDA_ATTN_PREP_FUSED=1). Off by default: measured slower (H200, E4B q4_0,
                                   BENCHMARKS.md eleventh session: tg128 at depth 512 336 -> 310 t/s), as every
@@ -184,7 +190,7 @@ static bool wmap_reserve(cuda_backend *c) {
  * on first use, with 16 readable bytes past the end (ops_cuda.h); a type the kernels do not read is
  * dequantized to f32 on the host first. NULL after a failure (recorded). */
 static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int64_t ne0, int64_t n_rows,
-                            uint64_t row_bytes, const char *name) {
+                            uint64_t row_bytes, bool experts, const char *name) {
     if (c->failed || !host) return NULL;
     const size_t host_bytes = (size_t)row_bytes * (size_t)n_rows;
     if (c->wcap) {
@@ -206,7 +212,9 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
     void *conv = NULL;
     int32_t dtype = type;
     uint64_t drow = row_bytes;
-    const int32_t laid = gm_cuda_device_type(type); /* re-laid for aligned loads (ops_cuda.h, device layouts) */
+    /* re-laid for aligned loads (ops_cuda.h, device layouts); q4_0 experts stay as they are, for the int8 kernel of
+     * MoE batches (gm_cuda_mmq_takes), which reads the GGUF blocks */
+    const int32_t laid = experts && type == GM_TYPE_Q4_0 ? type : gm_cuda_device_type(type);
     const uint64_t laid_row = laid != type ? gm_cuda_device_row_bytes(laid, ne0) : 0;
     if (!gm_cuda_type_supported(type)) {
         const gm_type_traits *tt = gm_type_traits_of((gm_type)type);
@@ -262,7 +270,8 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
 
 /* A weight matrix as the kernels take it (rows = every row of the tensor). */
 static bool wmat(cuda_backend *c, const gm_tensor *t, gm_cuda_mat *m) {
-    const wentry *e = weight(c, t->data, (int32_t)t->type, t->ne[0], gm_tensor_rows(t), t->row_bytes, t->name);
+    const wentry *e = weight(c, t->data, (int32_t)t->type, t->ne[0], gm_tensor_rows(t), t->row_bytes, t->ne[2] > 1,
+                             t->name);
     if (!e) {
         if (!t->data) fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: weight %s has no data", t->name ? t->name : "?");
         return false;
@@ -328,7 +337,7 @@ static void f16_copies(cuda_backend *c, gm_cuda_multi *m, const gm_tensor *const
 /* An f32 weight vector of n values (norm weights, freq factors, expert scales); NULL for NULL. */
 static const float *wvec(cuda_backend *c, const float *host, int64_t n) {
     if (!host) return NULL;
-    const wentry *e = weight(c, host, 0, n, 1, (uint64_t)n * sizeof(float), "f32 vector");
+    const wentry *e = weight(c, host, 0, n, 1, (uint64_t)n * sizeof(float), false, "f32 vector");
     return e ? e->dev : NULL;
 }
 
@@ -494,14 +503,16 @@ static void prof_print(struct prof *p) {
  * 293 / 289 t/s, BENCHMARKS.md fifth session): each saved quantize launch costs ~3.6 us of the step, but the
  * quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and ~7 us to
  * each attention launch. */
-enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, LOOKAHEAD_DEFAULT = 0 };
+enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, PEND_CHAIN = 3, LOOKAHEAD_DEFAULT = 0 };
 
 static void pend_flush(cuda_backend *c) {
     const int kind = c->pend.kind;
     if (kind == PEND_NONE) return;
     c->pend.kind = PEND_NONE;
     if (c->failed) return;
-    if (kind == PEND_ATTN) {
+    if (kind == PEND_CHAIN) {
+        k_ok(c, gm_cuda_chain(c->pend.chain, c->pend.n_chain, c->chain_bar, c->stream), "chain of products");
+    } else if (kind == PEND_ATTN) {
         c->pend.at.kv = &c->pend.kv;
         if (c->pend.at.prep) {
             if (c->pend.prep.kv) c->pend.prep.kv = &c->pend.kv;
@@ -528,10 +539,44 @@ static void pend_hold_attention(cuda_backend *c, const gm_cuda_attn *at) {
     if (c->prof || c->lookahead < 2) pend_flush(c);
 }
 
+/* ---- chains ----
+ * The one-column products of a decoding step between two attentions (output, gate/up, down, the per-layer input's
+ * gate and projection, the next layer's Q/K/V: matmul and project ops of n = 1 on q4_0 / q5_0 / q8_0 weights,
+ * gm_cuda_chain_takes) are held as steps of one chain (c->pend, PEND_CHAIN) and launched together by pend_flush,
+ * at the first op that is not such a product, or when GM_CUDA_CHAIN_MAX are held: one persistent launch instead
+ * of two launches (input preparation, product) per op, with the same results to the bit (chain_cuda.cu).
+ * GEMMAC_CUDA_CHAIN=1 turns it on, GEMMAC_CUDA_CHAIN_MAX_MB=m chains only products of at most m MB of weights (the
+ * big ones then run as their own launches, at full occupancy). Off by default, as it measured slower (H200, E4B
+ * q4_0 tg128, BENCHMARKS.md thirteenth session: 355 t/s without, 293 with every product chained, 336-346 with only
+ * those of at most 5 / 3 / 0.5 MB): the products run at about half the bandwidth with one block of 16 warps per SM,
+ * and each step's input preparation and barrier cost 2.5-5 us, about what the launches they replace cost. The
+ * profile (GEMMAC_CUDA_PROFILE=1) times ops one by one, so it never chains. */
+static bool chain_add(cuda_backend *c, const gm_cuda_act_in *in, const gm_cuda_multi *m) {
+    if (!c->chains || c->prof || !gm_cuda_chain_takes(in, m)) return false;
+    double bytes = 0;
+    for (int32_t i = 0; i < m->n_w; i++) bytes += (double)m->w[i].ne1 * (double)m->w[i].row_bytes;
+    if (c->chain_max_bytes > 0 && bytes > c->chain_max_bytes) return false;
+    if (!c->chain_bar) {
+        graph_abort(c);
+        if (!cu_ok(c, cudaMalloc(&c->chain_bar, sizeof(unsigned long long)), "chain barrier") ||
+            !cu_ok(c, cudaMemsetAsync(c->chain_bar, 0, sizeof(unsigned long long), c->stream), "chain barrier"))
+            return true;
+    }
+    struct pend *h = &c->pend;
+    if (h->kind != PEND_CHAIN || h->n_chain == GM_CUDA_CHAIN_MAX) {
+        pend_flush(c);
+        if (c->failed) return true;
+        h->kind = PEND_CHAIN, h->n_chain = 0;
+    }
+    h->chain[h->n_chain++] = (gm_cuda_chain_step){.in = *in, .m = *m};
+    return true;
+}
+
+/* Every op but matmul and project flushes what is held first (those two decide themselves: lookahead, chains). */
 #define GRAPH_OP(c, ...)                                                                                     \
     do {                                                                                                     \
         const uint64_t gv_[] = {__VA_ARGS__};                                                                \
-        if (gv_[0] != 3) pend_flush(c);                                                                      \
+        if (gv_[0] != 3 && gv_[0] != 19) pend_flush(c);                                                      \
         if (graph_skip((c), gv_, sizeof gv_ / sizeof gv_[0])) return;                                        \
         if ((c)->prof && gv_[0] != 3 && gv_[0] != 19) prof_mark((c), gv_[0], NULL, 0);                      \
     } while (0)
@@ -890,6 +935,7 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
     }
     gm_cuda_multi one = {.n_w = 1, .w = {m}, .y = {y}, .epi = GM_CUDA_EPI_STORE};
     const gm_cuda_act_in in = {.x = (float *)x, .K = m.ne0, .n = n, .res_scale = 1.0f}; /* read only: no update */
+    if (chain_add(c, &in, &one)) return;
     const int32_t act_type = gm_cuda_act_type(m.type);
     if (m.type == GM_TYPE_F32 && n >= GM_CUDA_GEMM_MIN_N) { /* f32 weights over many columns: one f32 GEMM */
         pend_flush(c);
@@ -948,6 +994,7 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
     }
     if (c->failed) return;
     if (nw < 1 || nw > 3 || (p->act == GM_PROJ_GEGLU && nw != 2) || (p->act == GM_PROJ_GELU_MUL && (nw != 1 || !p->mul))) {
+        pend_flush(c);
         fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: project: bad arguments");
         return;
     }
@@ -955,13 +1002,18 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
                        .epi = p->act == GM_PROJ_GEGLU ? GM_CUDA_EPI_GEGLU
                               : p->act == GM_PROJ_GELU_MUL ? GM_CUDA_EPI_GELU_MUL : GM_CUDA_EPI_STORE};
     for (int32_t i = 0; i < nw; i++) {
-        if (!wmat(c, p->w[i], &m.w[i])) return;
+        if (!wmat(c, p->w[i], &m.w[i])) {
+            pend_flush(c);
+            return;
+        }
         m.y[i] = p->y[i];
     }
     const int64_t K = m.w[0].ne0;
     const gm_cuda_act_in in = {.x = p->x, .K = K, .n = p->n, .res_add = p->res_add,
                                .res_w = p->res_add ? wvec(c, p->res_norm, K) : NULL, .res_scale = p->res_scale,
                                .norm = p->norm != NULL, .w = wvec(c, p->norm, K), .eps = p->eps};
+    if (c->failed || chain_add(c, &in, &m)) return;
+    pend_flush(c);
     if (c->failed || gemm_path(c, &m, &in, p->w)) return;
     const int32_t act_type = gm_cuda_act_type(m.w[0].type);
     bool same = true, one_act = true;
@@ -1192,6 +1244,7 @@ static void cuda_free(gm_backend *b) {
     if (c->mm) cudaFree(c->mm);
     if (c->mm2) cudaFree(c->mm2);
     if (c->counters) cudaFree(c->counters);
+    if (c->chain_bar) cudaFree(c->chain_bar);
     if (c->prof) {
         prof_print(c->prof);
         for (int i = 0; i < PROF_EVENTS; i++) cudaEventDestroy(c->prof->ev[i]);
@@ -1287,6 +1340,10 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
     const char *ap = getenv("GEMMAC_CUDA_ATTN_PREP_FUSED"); /* 1: the preparation inside decode attention */
     c->attn_prep_fused = ap && ap[0] == '1';
+    const char *ch = getenv("GEMMAC_CUDA_CHAIN"); /* 1: chains of one-column products (see "chains") */
+    c->chains = ch && ch[0] == '1';
+    const char *cm = getenv("GEMMAC_CUDA_CHAIN_MAX_MB"); /* chain only products of at most this many MB */
+    c->chain_max_bytes = cm && *cm ? atof(cm) * 1e6 : 0;
     const char *fw = getenv("GEMMAC_CUDA_F16_WEIGHTS"); /* f16 copies of weights (f16_copies): 0, 1, unset auto */
     c->f16_mode = fw && fw[0] == '0' ? 0 : fw && fw[0] == '1' ? 1 : 2;
     if (!cu_ok(c, cudaSetDevice(device), "cudaSetDevice") ||

@@ -15,14 +15,15 @@ enum {
     GMC_F32 = 0, GMC_F16 = 1, GMC_Q4_0 = 2, GMC_Q5_0 = 6, GMC_Q8_0 = 8, GMC_Q4_K = 12, GMC_Q5_K = 13, GMC_Q6_K = 14,
     GMC_Q8_K = 15 /* activations only */, GMC_BF16 = 30,
     /* device layouts (gm_cuda_device_type): a GGUF type's blocks re-laid at upload; 0x100 | the GGUF type */
-    GMC_Q6_K_A16 = 0x100 | GMC_Q6_K
+    GMC_Q6_K_A16 = 0x100 | GMC_Q6_K, GMC_Q4_0_G8 = 0x100 | GMC_Q4_0
 };
 
 /* Block byte sizes and offsets of the GGUF layouts (see quant_blocks.h for the meaning of each field). */
 #define GMC_QK 32
 #define GMC_QK_K 256
 enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K_BYTES = 176, Q6_K_BYTES = 210,
-       Q6_K_A16_BYTES = 224 /* GMC_Q6_K_A16: a q6_K block's 210 bytes at the same offsets, then 14 zero bytes */ };
+       Q6_K_A16_BYTES = 224 /* GMC_Q6_K_A16: a q6_K block's 210 bytes at the same offsets, then 14 zero bytes */,
+       Q4_0_G8_BYTES = 144 /* GMC_Q4_0_G8: 8 q4_0 blocks: their 16 quant bytes each (128), then their 8 f16 scales */ };
 /* q5_0: d 0, qh 2..5 (bit j: the fifth bit of element j), qs 6..21 (element j < 16: low nibble of qs[j],
  * element j + 16: high nibble).
  * q4_K: d 0, dmin 2, scales 4..15, qs 16..143.  q5_K: d 0, dmin 2, scales 4..15, qh 16..47, qs 48..175.
@@ -32,6 +33,8 @@ enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q5_K
 int gmc_fail(int code, const char *fmt, ...);
 /* Checks the launch just made (cudaGetLastError); 0 or the recorded error. */
 int gmc_check_launch(const char *what);
+/* The warps of act_prep_reg_kernel's launch on a row of K values, 0 when it does not take K (matmul_cuda.cu). */
+int gmc_prep_reg_warps(int64_t K);
 
 __device__ __forceinline__ float gmc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float gmc_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

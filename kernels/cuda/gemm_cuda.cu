@@ -104,7 +104,7 @@ static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
 static int gemm_type_ok(int type) {
     switch (type) {
     case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: case GMC_Q6_K_A16:
-    case GMC_F16: case GMC_BF16: return 1;
+    case GMC_Q4_0_G8: case GMC_F16: case GMC_BF16: return 1;
     default: return 0; /* f32 weights (the transformers fixtures) keep the exact f32 matvec */
     }
 }
@@ -186,6 +186,7 @@ static const __half *weights_f16(const gm_cuda_mat *w, __half *out, cudaStream_t
     if (w->f16) return (const __half *)w->f16;
     switch (w->type) {
     case GMC_Q4_0: launch_dequant<TQ4_0>(w, out, s); break;
+    case GMC_Q4_0_G8: launch_dequant<TQ4_0_G8>(w, out, s); break;
     case GMC_Q5_0: launch_dequant<TQ5_0>(w, out, s); break;
     case GMC_Q8_0: launch_dequant<TQ8_0>(w, out, s); break;
     case GMC_Q4_K: launch_dequant<TQ4_K>(w, out, s); break;

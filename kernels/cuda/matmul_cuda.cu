@@ -626,30 +626,46 @@ extern "C" size_t gm_cuda_matmul_scratch_bytes(int64_t ne0, int32_t n) {
 extern "C" int gm_cuda_type_supported(int32_t type) {
     switch (type) {
     case GMC_F32: case GMC_F16: case GMC_BF16: case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: case GMC_Q4_K: case GMC_Q5_K:
-    case GMC_Q6_K: case GMC_Q6_K_A16: return 1;
+    case GMC_Q6_K: case GMC_Q6_K_A16: case GMC_Q4_0_G8: return 1;
     default: return 0;
     }
 }
 
-/* ---- device layouts: what a GGUF type is re-laid as at upload (GMC_Q6_K_A16), and the re-laying ---- */
+/* ---- device layouts: what a GGUF type is re-laid as at upload (GMC_Q6_K_A16, GMC_Q4_0_G8), and the re-laying ---- */
 static int g_device_layouts = 1;
 extern "C" void gm_cuda_set_device_layouts(int on) { g_device_layouts = on != 0; }
 
 extern "C" int32_t gm_cuda_device_type(int32_t type) {
-    return g_device_layouts && type == GMC_Q6_K ? GMC_Q6_K_A16 : type;
+    if (!g_device_layouts) return type;
+    return type == GMC_Q6_K ? GMC_Q6_K_A16 : type == GMC_Q4_0 ? GMC_Q4_0_G8 : type;
 }
 
 extern "C" uint64_t gm_cuda_device_row_bytes(int32_t dtype, int64_t ne0) {
     if (dtype == GMC_Q6_K_A16 && ne0 > 0 && ne0 % GMC_QK_K == 0) return (uint64_t)(ne0 / GMC_QK_K) * Q6_K_A16_BYTES;
+    if (dtype == GMC_Q4_0_G8 && ne0 > 0 && ne0 % GMC_QK == 0) return (uint64_t)((ne0 / GMC_QK + 7) / 8) * Q4_0_G8_BYTES;
     return 0;
 }
 
 extern "C" int gm_cuda_relayout(int32_t dtype, int64_t ne0, int64_t n_rows, const void *src, uint64_t src_row_bytes,
                                 void *dst) {
     const uint64_t drow = gm_cuda_device_row_bytes(dtype, ne0);
-    const int64_t nb = ne0 / GMC_QK_K;
-    if (!drow || n_rows < 0 || !src || !dst || src_row_bytes < (uint64_t)nb * Q6_K_BYTES)
+    const bool q4 = dtype == GMC_Q4_0_G8;
+    const int64_t nb = ne0 / (q4 ? GMC_QK : GMC_QK_K);
+    if (!drow || n_rows < 0 || !src || !dst || src_row_bytes < (uint64_t)nb * (q4 ? Q4_0_BYTES : Q6_K_BYTES))
         return gmc_fail(-1, "relayout: bad arguments (type %d, %lld x %lld)", dtype, (long long)ne0, (long long)n_rows);
+    if (q4) {
+        for (int64_t r = 0; r < n_rows; r++) {
+            const uint8_t *sr = (const uint8_t *)src + (uint64_t)r * src_row_bytes;
+            uint8_t *dr = (uint8_t *)dst + (uint64_t)r * drow;
+            memset(dr, 0, drow); /* the padding of a last partial group */
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *g = dr + (b / 8) * Q4_0_G8_BYTES;
+                memcpy(g + 16 * (b % 8), sr + b * Q4_0_BYTES + 2, 16);
+                memcpy(g + 128 + 2 * (b % 8), sr + b * Q4_0_BYTES, 2);
+            }
+        }
+        return 0;
+    }
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *sr = (const uint8_t *)src + (uint64_t)r * src_row_bytes;
         uint8_t *dr = (uint8_t *)dst + (uint64_t)r * drow;
@@ -663,12 +679,12 @@ extern "C" int gm_cuda_relayout(int32_t dtype, int64_t ne0, int64_t n_rows, cons
 
 static int is_quant(int type) {
     return type == GMC_Q4_0 || type == GMC_Q5_0 || type == GMC_Q8_0 || (type >= GMC_Q4_K && type <= GMC_Q6_K) ||
-           type == GMC_Q6_K_A16;
+           type == GMC_Q6_K_A16 || type == GMC_Q4_0_G8;
 }
 
 extern "C" int gm_cuda_act_type(int32_t wtype) {
     switch (wtype) {
-    case GMC_Q4_0: case GMC_Q5_0: case GMC_Q8_0: return GMC_Q8_0;
+    case GMC_Q4_0: case GMC_Q4_0_G8: case GMC_Q5_0: case GMC_Q8_0: return GMC_Q8_0;
     case GMC_Q4_K: case GMC_Q5_K: case GMC_Q6_K: case GMC_Q6_K_A16: return GMC_Q8_K;
     default: return -1;
     }
@@ -874,6 +890,7 @@ static int mv_run(const gm_cuda_mat *const *w, float *const *y, int n_seg, int e
                     act.x ? act.x + (size_t)c0 * K : NULL};
         switch (type) {
         case GMC_Q4_0: launch_q<TQ4_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
+        case GMC_Q4_0_G8: launch_q<TQ4_0_G8>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_Q5_0: launch_q<TQ5_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_Q8_0: launch_q<TQ8_0>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
         case GMC_Q4_K: launch_q<TQ4_K>(ac, epi, rsl, grid, (int)K, xc, nc, s); break;
@@ -903,11 +920,11 @@ static int check_mat(const gm_cuda_mat *w, const char *op) {
     if (!w || !w->data || w->ne0 <= 0 || w->ne1 <= 0 || w->ne0 > (1 << 30))
         return gmc_fail(-1, "%s: bad matrix", op);
     if (!gm_cuda_type_supported(w->type)) return gmc_fail(-1, "%s: type %d not supported on CUDA", op, w->type);
-    const int64_t bs = w->type == GMC_Q4_0 || w->type == GMC_Q5_0 || w->type == GMC_Q8_0 ? 32 : is_quant(w->type) ? 256 : 1;
+    const int64_t bs = gm_cuda_act_type(w->type) == GMC_Q8_0 ? 32 : is_quant(w->type) ? 256 : 1;
     if (w->ne0 % bs != 0) return gmc_fail(-1, "%s: row of %lld is not whole blocks", op, (long long)w->ne0);
-    if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K || w->type == GMC_Q6_K_A16) &&
+    if ((w->type == GMC_Q4_K || w->type == GMC_Q5_K || w->type == GMC_Q6_K_A16 || w->type == GMC_Q4_0_G8) &&
         ((uintptr_t)w->data % 16 || w->row_bytes % 16))
-        return gmc_fail(-1, "%s: q4_K / q5_K / re-laid q6_K rows must be 16-byte aligned", op);
+        return gmc_fail(-1, "%s: q4_K / q5_K / re-laid q6_K and q4_0 rows must be 16-byte aligned", op);
     if (is_quant(w->type) && (uintptr_t)w->data % 2) return gmc_fail(-1, "%s: weights must be 2-byte aligned", op);
     return 0;
 }
@@ -984,17 +1001,28 @@ extern "C" void gm_cuda_set_prep_threads(int threads) {
     g_prep_threads = threads >= 32 && threads <= 1024 && threads % 32 == 0 ? threads : 0;
 }
 
-/* act_prep_reg_kernel for rows of K a multiple of 32 and at most 32 · 32 · 8 values (at 16 values a lane the
- * 1024-thread kernel spills: 664 bytes of stack; the 256-thread one has the registers for 16); false (nothing
- * launched) for other rows. */
+/* The warps act_prep_reg_kernel runs with on rows of K (so the order its rms sums are added in, which the chain
+ * kernel repeats: chain_cuda.cu); 0 for rows it does not take: K not a multiple of 32 or past 32 · 32 · 8 values (at
+ * 16 values a lane the 1024-thread kernel spills: 664 bytes of stack; the 256-thread one has the registers for 16). */
+int gmc_prep_reg_warps(int64_t K) {
+    const int64_t nb = K / 32;
+    if (K % 32 != 0 || nb < 1 || nb > 32 * 8) return 0;
+    const int max_warps = (g_prep_threads ? g_prep_threads : 1024) / 32;
+    int warps = nb < max_warps ? (int)nb : max_warps;
+    const int vpl = (int)((nb + warps - 1) / warps);
+    if (!(warps <= 8 && vpl <= 16) && vpl > 8) warps = nb < 32 ? (int)nb : 32; /* too few warps asked */
+    return warps;
+}
+
+/* act_prep_reg_kernel where it takes the rows; false (nothing launched) for other rows. */
 static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, float *ds, float *xf, __half *xh,
                             cudaStream_t stream) {
     const int64_t nb = in->K / 32;
-    if (in->K % 32 != 0 || nb > 32 * 8) return false;
+    const int warps = gmc_prep_reg_warps(in->K);
+    if (!warps) return false;
     const dim3 grid((unsigned)in->n);
     const size_t smem = act_type == GMC_Q8_K ? (size_t)in->K * sizeof(float) : 0; /* the row, at most 32 KB */
-    const int max_warps = (g_prep_threads ? g_prep_threads : 1024) / 32;
-    int warps = nb < max_warps ? (int)nb : max_warps, vpl = (int)((nb + warps - 1) / warps);
+    const int vpl = (int)((nb + warps - 1) / warps);
     if (warps <= 8 && vpl <= 16) { /* the 256-thread build: registers for up to 16 values a lane */
 #define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
         if (vpl <= 1) GMC_PREP(1);
@@ -1005,7 +1033,6 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
 #undef GMC_PREP
         return true;
     }
-    if (vpl > 8) warps = nb < 32 ? (int)nb : 32, vpl = (int)((nb + warps - 1) / warps); /* too few warps asked */
 #define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
     if (vpl <= 1) GMC_PREP(1);
     else if (vpl <= 2) GMC_PREP(2);

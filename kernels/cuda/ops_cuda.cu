@@ -71,6 +71,13 @@ __device__ __forceinline__ float dq_elem(int type, const uint8_t *row, int64_t j
         const int q = e < 16 ? (b[2 + e] & 0x0F) : (b[2 + e - 16] >> 4);
         return __fmul_rn((float)(q - 8), gmc_h2f(gmc_ld16(b)));
     }
+    case GMC_Q4_0_G8: {
+        const uint8_t *g = row + (j / 256) * Q4_0_G8_BYTES;
+        const int blk = (int)((j / 32) % 8), e = (int)(j % 32);
+        const uint8_t qb = g[16 * blk + (e & 15)];
+        const int q = e < 16 ? (qb & 0x0F) : (qb >> 4);
+        return __fmul_rn((float)(q - 8), gmc_h2f(gmc_ld16(g + 128 + 2 * blk)));
+    }
     case GMC_Q5_0: {
         const uint8_t *b = row + (j / 32) * Q5_0_BYTES;
         const int e = (int)(j % 32);

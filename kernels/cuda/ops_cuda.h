@@ -42,8 +42,13 @@ int gm_cuda_type_supported(int32_t type);
  * A weight of some GGUF types is uploaded re-laid, so that the kernels read it with aligned wide loads: q6_K (14)
  * becomes GMC_Q6_K_A16 (0x10e): each 210-byte block at a 224-byte stride (16-byte aligned; the same fields at
  * the same offsets, then 14 zero bytes). The q6_K GGUF blocks are only 2-byte aligned, so their loads go in
- * 16-bit pieces: the LM head (the largest q6_K matrix) is instruction-bound on them. Every kernel that takes
- * q6_K takes the re-laid type too, with the same results. gm_cuda_device_type: the type a weight of `type` is
+ * 16-bit pieces: the LM head (the largest q6_K matrix) is instruction-bound on them. q4_0 (2) becomes GMC_Q4_0_G8
+ * (0x102): each group of 8 blocks as their 8 × 16 quant bytes, then their 8 f16 scales (144 bytes, as many as the
+ * GGUF's; a row's last partial group padded to whole size), so that a block's quants are one aligned 16-byte load
+ * instead of five 4-byte loads and shifts. Expert matrices (3-D) stay q4_0 (the backend's choice: the int8 kernel of
+ * MoE batches reads GGUF blocks only). The int8 and f16 tensor-core kernels of q4_0 products (mmq, qgemm, both off by
+ * default) do not take GMC_Q4_0_G8. Every other kernel that takes q6_K or q4_0 takes the re-laid type too, with the
+ * same results. gm_cuda_device_type: the type a weight of `type` is
  * stored as (type itself when it is not re-laid, or when gm_cuda_set_device_layouts(0) switched re-laying off);
  * gm_cuda_device_row_bytes: a re-laid row's bytes (0 for a type that is not a device layout or a row of partial
  * blocks); gm_cuda_relayout: n_rows host rows (src_row_bytes apart) into dst (host memory,
@@ -125,6 +130,30 @@ typedef struct gm_cuda_multi {
     gm_cuda_next next;
 } gm_cuda_multi;
 int gm_cuda_matmul_multi(const gm_cuda_multi *m, const void *act, int32_t n, gm_cuda_stream stream);
+/* A chain of one-column projections in one persistent launch (chain_cuda.cu): step i is exactly
+ * gm_cuda_prepare_act(&steps[i].in, 8, buf) (or gm_cuda_quantize_act of in.x when neither res_add nor norm is set)
+ * followed by gm_cuda_matmul_multi(&steps[i].m, buf, 1), the steps in order, with the same results to the bit (the
+ * same arithmetic in the same order), but without a launch between them: one block per SM prepares each step's
+ * input itself and the blocks meet at a grid barrier between steps. A step must be one gm_cuda_chain_takes accepts:
+ * one column (in.n 1), q4_0 / q5_0 / q8_0 matrices of one type and width K = in.K (a multiple of 32; at most 16384,
+ * 8192 with a residual update or rmsnorm), x and res_add 16-byte aligned, no next-op quantization.
+ * barrier: 8 bytes of device memory (8-aligned), zero before the first chain and then left to the chains (one per
+ * stream, every chain of the stream counts on it). */
+enum { GM_CUDA_CHAIN_MAX = 8 };
+typedef struct gm_cuda_chain_step {
+    gm_cuda_act_in in;
+    gm_cuda_multi m;
+} gm_cuda_chain_step;
+int gm_cuda_chain_takes(const gm_cuda_act_in *in, const gm_cuda_multi *m);
+int gm_cuda_chain(const gm_cuda_chain_step *steps, int32_t n_steps, void *barrier, gm_cuda_stream stream);
+/* Blocks of a chain launch (one per SM), 0 when it cannot run here; each barrier of a chain adds that many to the
+ * barrier's count (a u64). */
+int gm_cuda_chain_blocks(void);
+/* For benchmarks: later chains record, into stamps (4 · GM_CUDA_CHAIN_MAX + 1 device u64, zeroed by the caller), the
+ * global timer (ns) at: [4·GM_CUDA_CHAIN_MAX] block 0 past its wait for the kernel before; for each step i: [4i]
+ * input prepared, [4i+1] products done (block 0), [4i+2] products done (the last block), [4i+3] past the barrier
+ * (block 0). NULL (the default) records nothing. */
+void gm_cuda_chain_set_stamps(void *stamps);
 /* The int8 tensor-core path (mmq_cuda.cu), taken by gm_cuda_matmul_multi for GM_CUDA_MMQ_MIN_N ..
  * gm_cuda_set_mmq_max_n columns of q4_0 or q8_0 matrices (one type): the quantized activations as for the matvec,
  * no f16 copy of the weights. gm_cuda_gemm_eligible leaves such batches to it. */

@@ -16,20 +16,40 @@
  * instructions on sm_90). Every product and sum is the same real number as with the plain values, and the integer
  * sums stay below 2^24, so the floats (ws · Σ, ws · q) are bit-identical. */
 
+/* A q4_0 block's 16 quant bytes (as 4 words) and scale as an item's two spans: low nibbles (elements 0..15) and
+ * high (16..31), each 16 · (q - 8). */
+__device__ __forceinline__ void q4_0_spans(const uint32_t qs[4], float d, int w[2][4], float ws[2], float wm[2]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        w[0][i] = (int)(((qs[i] << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
+        w[1][i] = (int)((qs[i] & 0xf0f0f0f0u) ^ 0x80808080u);
+    }
+    ws[0] = ws[1] = d * 0.0625f;
+    wm[0] = wm[1] = 0.0f;
+}
+
 struct TQ4_0 { /* item = one block: span 0 = low nibbles (elements 0..15), span 1 = high (16..31) */
     enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
     static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
         const uint8_t *b = row + (size_t)it * Q4_0_BYTES;
         uint32_t qs[4];
         gmc_ld_words_a2<4>(b + 2, qs);
-        const float d = gmc_h2f(gmc_ld16(b));
-#pragma unroll
-        for (int i = 0; i < 4; i++) { /* 16 · (q - 8) */
-            w[0][i] = (int)(((qs[i] << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-            w[1][i] = (int)((qs[i] & 0xf0f0f0f0u) ^ 0x80808080u);
-        }
-        ws[0] = ws[1] = d * 0.0625f;
-        wm[0] = wm[1] = 0.0f;
+        q4_0_spans(qs, gmc_h2f(gmc_ld16(b)), w, ws, wm);
+    }
+    static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
+};
+
+/* q4_0 re-laid in groups of 8 blocks (GMC_Q4_0_G8, a device layout: Q4_0_G8_BYTES = the 8 blocks' quant bytes,
+ * 16 each, then their 8 scales; a row's last group padded to whole size): an item's quants are one aligned 16-byte
+ * load and its scale one 2-byte load, where TQ4_0 takes five 4-byte loads, funnel shifts and a 2-byte load from the
+ * 2-aligned GGUF block. The same values as TQ4_0. */
+struct TQ4_0_G8 {
+    enum { ELEMS = 32, SPANS = 2, MINS = 0, ACT_SHIFT = 5 };
+    static __device__ __forceinline__ void load(const uint8_t *row, int it, int w[2][4], float ws[2], float wm[2]) {
+        const uint8_t *g = row + (size_t)(it >> 3) * Q4_0_G8_BYTES;
+        const uint4 q = __ldg((const uint4 *)(g + 16 * (it & 7)));
+        const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
+        q4_0_spans(qs, gmc_h2f(gmc_ld16(g + 128 + 2 * (it & 7))), w, ws, wm);
     }
     static __device__ __forceinline__ void act_off(int it, int off[2]) { off[0] = 32 * it, off[1] = 32 * it + 16; }
 };

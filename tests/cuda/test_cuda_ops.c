@@ -1671,20 +1671,22 @@ static void expect_same_floats(const char *what, const void *dev_a, const void *
     uint8_t *a = malloc(bytes), *b = malloc(bytes);
     dev_download(a, dev_a, bytes);
     dev_download(b, dev_b, bytes);
-    if (memcmp(a, b, bytes) != 0) fail_msg("%s: re-laid q6_K differs from the GGUF layout", what);
+    if (memcmp(a, b, bytes) != 0) fail_msg("%s: the re-laid weights differ from the GGUF layout", what);
     free(a), free(b);
 }
 
-static void run_relaid_q6_K(int64_t K, int64_t M, int n) {
-    host_mat h = make_mat(GM_TYPE_Q6_K, K, M, 1.0f);
-    const int32_t dt = gm_cuda_device_type(GM_TYPE_Q6_K);
+static void run_relaid(int type, int64_t K, int64_t M, int n) {
+    host_mat h = make_mat(type, K, M, 1.0f);
+    const int32_t dt = gm_cuda_device_type(type);
     const uint64_t drow = gm_cuda_device_row_bytes(dt, K);
-    assert_int_not_equal(dt, GM_TYPE_Q6_K);
-    assert_true(drow % 16 == 0 && drow > h.row_bytes);
+    const char *tn = type == GM_TYPE_Q6_K ? "q6_K" : "q4_0";
+    assert_int_not_equal(dt, type);
+    /* q6_K: 224-byte blocks; q4_0: the same bytes in groups of 8 blocks, a last partial group padded */
+    assert_true(drow % 16 == 0 && (type == GM_TYPE_Q6_K ? drow > h.row_bytes : drow == (uint64_t)(K / 32 + 7) / 8 * 144));
     uint8_t *relaid = malloc(drow * M);
     CK(gm_cuda_relayout(dt, K, M, h.q, h.row_bytes, relaid));
     void *dw = dev_upload(h.q, h.row_bytes * M), *dr = dev_upload(relaid, drow * M);
-    const gm_cuda_mat wg = {.type = GM_TYPE_Q6_K, .ne0 = K, .ne1 = M, .row_bytes = h.row_bytes, .data = dw};
+    const gm_cuda_mat wg = {.type = type, .ne0 = K, .ne1 = M, .row_bytes = h.row_bytes, .data = dw};
     const gm_cuda_mat wr = {.type = dt, .ne0 = K, .ne1 = M, .row_bytes = drow, .data = dr};
     char what[96];
     /* mat-vec */
@@ -1696,7 +1698,7 @@ static void run_relaid_q6_K(int64_t K, int64_t M, int n) {
         gm_cuda_set_mmv_rows(r);
         CK(gm_cuda_matmul(&wg, dx, n, yg, ds, sb, NULL));
         CK(gm_cuda_matmul(&wr, dx, n, yr, ds, sb, NULL));
-        snprintf(what, sizeof what, "matmul q6_K K=%lld M=%lld n=%d rows/warp %d", (long long)K, (long long)M, n, r);
+        snprintf(what, sizeof what, "matmul %s K=%lld M=%lld n=%d rows/warp %d", tn, (long long)K, (long long)M, n, r);
         expect_same_floats(what, yg, yr, sizeof(float) * M * n);
     }
     gm_cuda_set_mmv_rows(0);
@@ -1706,14 +1708,14 @@ static void run_relaid_q6_K(int64_t K, int64_t M, int n) {
     float *gg = dev_out((size_t)4 * K), *gr = dev_out((size_t)4 * K);
     CK(gm_cuda_get_rows(&wg, dids, 4, 1.5f, gg, NULL));
     CK(gm_cuda_get_rows(&wr, dids, 4, 1.5f, gr, NULL));
-    snprintf(what, sizeof what, "get_rows q6_K K=%lld", (long long)K);
+    snprintf(what, sizeof what, "get_rows %s K=%lld", tn, (long long)K);
     expect_same_floats(what, gg, gr, sizeof(float) * 4 * K);
     /* f16 rows for the tensor-core path */
     void *hg = dev_alloc((size_t)M * K * 2), *hr = dev_alloc((size_t)M * K * 2);
     dev_poison(hg, (size_t)M * K * 2), dev_poison(hr, (size_t)M * K * 2);
     CK(gm_cuda_gemm_weights_f16(&wg, hg, NULL));
     CK(gm_cuda_gemm_weights_f16(&wr, hr, NULL));
-    snprintf(what, sizeof what, "f16 weights q6_K K=%lld M=%lld", (long long)K, (long long)M);
+    snprintf(what, sizeof what, "f16 weights %s K=%lld M=%lld", tn, (long long)K, (long long)M);
     expect_same_floats(what, hg, hr, (size_t)M * K * 2);
     free(x), free(relaid);
     free_mat(&h);
@@ -1727,18 +1729,179 @@ static void test_device_layouts(void **state) {
     static const int ns[] = {1, 3, 8, 64};
     int cases = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) run_relaid_q6_K(shapes[s][0], shapes[s][1], ns[ni]), cases++;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int t = 0; t < 2; t++)
+                run_relaid(t ? GM_TYPE_Q4_0 : GM_TYPE_Q6_K, shapes[s][0], shapes[s][1], ns[ni]), cases++;
+    /* q4_0 rows that end in a partial group of blocks (640: 20 blocks; 96: 3) */
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        run_relaid(GM_TYPE_Q4_0, 640, 33, ns[ni]), run_relaid(GM_TYPE_Q4_0, 96, 70, ns[ni]), cases += 2;
     /* what is not re-laid, and bad arguments */
-    assert_int_equal(gm_cuda_device_type(GM_TYPE_Q4_0), GM_TYPE_Q4_0);
+    assert_int_equal(gm_cuda_device_type(GM_TYPE_Q8_0), GM_TYPE_Q8_0);
+    assert_int_equal(gm_cuda_device_row_bytes(gm_cuda_device_type(GM_TYPE_Q4_0), 100), 0);
     assert_int_equal(gm_cuda_device_row_bytes(gm_cuda_device_type(GM_TYPE_Q6_K), 300), 0);
     uint8_t b[256];
     assert_int_not_equal(gm_cuda_relayout(gm_cuda_device_type(GM_TYPE_Q6_K), 300, 1, b, 256, b), 0);
     assert_int_not_equal(gm_cuda_relayout(GM_TYPE_Q4_0, 256, 1, b, 256, b), 0);
+    assert_int_not_equal(gm_cuda_relayout(gm_cuda_device_type(GM_TYPE_Q4_0), 256, 1, b, 100, b), 0); /* short rows */
     gm_cuda_set_device_layouts(0);
     assert_int_equal(gm_cuda_device_type(GM_TYPE_Q6_K), GM_TYPE_Q6_K);
+    assert_int_equal(gm_cuda_device_type(GM_TYPE_Q4_0), GM_TYPE_Q4_0);
     gm_cuda_set_device_layouts(1);
-    printf("[ cuda     ] device layouts: %d re-laid q6_K cases bit-identical to the GGUF layout (matmul, get_rows, "
+    printf("[ cuda     ] device layouts: %d re-laid q6_K / q4_0 cases bit-identical to the GGUF layout (matmul, get_rows, "
            "f16 rows)\n", cases);
+}
+
+/* ---- a chain of one-column projections in one persistent launch (gm_cuda_chain): every output and the residual
+ * stream equal, byte for byte, those of the same steps launched one by one (gm_cuda_prepare_act or
+ * gm_cuda_quantize_act, then gm_cuda_matmul_multi), which test_matmul and test_fused_proj hold to the CPU
+ * reference. The steps are a Gemma 4 layer's (output, GeGLU, down, per-layer gate and projection, the next Q/K/V),
+ * twice over in two launches (the barrier is reused), optionally with a step that reads the row the step before it
+ * writes back. ---- */
+typedef struct chain_dims {
+    int64_t H, F, P, Dq, Dk;
+} chain_dims;
+enum { CB_X, CB_XN, CB_ATT, CB_G, CB_PLE, CB_MUL, CB_Q, CB_K, CB_V, CB_N };
+
+static int chain_layer(gm_cuda_chain_step *st, float *const *b, const gm_cuda_mat *w, const float *const *nv,
+                       chain_dims d, bool kv_own, bool reread) {
+    const float eps = 1e-6f;
+    int n = 0;
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_ATT], .K = d.Dq, .n = 1, .res_scale = 1.0f},
+                                   .m = {.n_w = 1, .w = {w[0]}, .y = {b[CB_XN]}, .epi = GM_CUDA_EPI_STORE}};
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_X], .K = d.H, .n = 1, .res_add = b[CB_XN], .res_w = nv[0],
+                                          .res_scale = 1.0f, .norm = 1, .w = nv[1], .eps = eps},
+                                   .m = {.n_w = 2, .w = {w[1], w[2]}, .y = {b[CB_G]}, .epi = GM_CUDA_EPI_GEGLU}};
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_G], .K = d.F, .n = 1, .res_scale = 1.0f},
+                                   .m = {.n_w = 1, .w = {w[3]}, .y = {b[CB_XN]}, .epi = GM_CUDA_EPI_STORE}};
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_X], .K = d.H, .n = 1, .res_add = b[CB_XN], .res_w = nv[2],
+                                          .res_scale = 1.0f, .eps = eps},
+                                   .m = {.n_w = 1, .w = {w[4]}, .y = {b[CB_PLE]}, .mul = b[CB_MUL],
+                                         .epi = GM_CUDA_EPI_GELU_MUL}};
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_PLE], .K = d.P, .n = 1, .res_scale = 1.0f},
+                                   .m = {.n_w = 1, .w = {w[5]}, .y = {b[CB_XN]}, .epi = GM_CUDA_EPI_STORE}};
+    st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_X], .K = d.H, .n = 1, .res_add = b[CB_XN], .res_w = nv[3],
+                                          .res_scale = 0.8125f, .norm = 1, .w = nv[4], .eps = eps},
+                                   .m = {.n_w = kv_own ? 3 : 1, .w = {w[6], w[7], w[8]},
+                                         .y = {b[CB_Q], b[CB_K], b[CB_V]}, .epi = GM_CUDA_EPI_STORE}};
+    if (reread) /* reads x, which the step before writes back: the chain must wait for that write */
+        st[n++] = (gm_cuda_chain_step){.in = {.x = b[CB_X], .K = d.H, .n = 1, .res_add = b[CB_XN], .res_w = NULL,
+                                              .res_scale = 1.0f, .norm = 1, .w = NULL, .eps = eps},
+                                       .m = {.n_w = 1, .w = {w[4]}, .y = {b[CB_PLE]}, .epi = GM_CUDA_EPI_STORE}};
+    return n;
+}
+
+static void run_chain(int type, chain_dims d, bool kv_own, bool reread) {
+    const int64_t len[CB_N] = {d.H, d.H, d.Dq, d.F, d.P, d.P, d.Dq, d.Dk, d.Dk};
+    const struct { int64_t K, M; } shape[9] = {{d.Dq, d.H}, {d.H, d.F}, {d.H, d.F}, {d.F, d.H}, {d.H, d.P},
+                                               {d.P, d.H}, {d.H, d.Dq}, {d.H, d.Dk}, {d.H, d.Dk}};
+    gm_cuda_mat w[9];
+    const bool relaid = type != GM_TYPE_Q4_0 && type == gm_cuda_device_type(GM_TYPE_Q4_0); /* q4_0 in groups of 8 */
+    for (int i = 0; i < 9; i++) {
+        const int64_t K = shape[i].K, M = shape[i].M;
+        host_mat h = make_mat(relaid ? GM_TYPE_Q4_0 : type, K, M, 1.0f);
+        const uint64_t rb = relaid ? gm_cuda_device_row_bytes(type, K) : h.row_bytes;
+        uint8_t *bytes = h.q;
+        if (relaid) {
+            bytes = malloc(rb * M);
+            CK(gm_cuda_relayout(type, K, M, h.q, h.row_bytes, bytes));
+        }
+        w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = M, .row_bytes = rb, .data = dev_upload(bytes, rb * M)};
+        if (relaid) free(bytes);
+        free_mat(&h);
+    }
+    const float *nv[5];
+    for (int i = 0; i < 5; i++) {
+        float *v = rand_vec((size_t)d.H, 0.5f);
+        for (int64_t j = 0; j < d.H; j++) v[j] += 1.0f;
+        nv[i] = dev_upload(v, sizeof(float) * d.H);
+        free(v);
+    }
+    float *init[CB_N], *buf[2][CB_N]; /* [0] step by step, [1] chained */
+    for (int i = 0; i < CB_N; i++) {
+        init[i] = rand_vec((size_t)len[i], i == CB_X ? 4.0f : 2.0f);
+        for (int r = 0; r < 2; r++) {
+            buf[r][i] = dev_upload(init[i], sizeof(float) * len[i]);
+            if (i == CB_G || i == CB_PLE || i >= CB_Q) dev_poison(buf[r][i], sizeof(float) * len[i]);
+        }
+    }
+    int64_t kmax = d.F > d.H ? d.F : d.H;
+    if (d.Dq > kmax) kmax = d.Dq;
+    void *scratch = dev_alloc(gm_cuda_matmul_scratch_bytes(kmax, 1));
+    void *bar = dev_alloc(sizeof(unsigned long long));
+    gm_cuda_chain_step st[2][GM_CUDA_CHAIN_MAX];
+    for (int rep = 0; rep < 2; rep++) { /* two layers: two launches on one barrier */
+        const int n = chain_layer(st[0], buf[0], w, nv, d, kv_own, reread);
+        chain_layer(st[1], buf[1], w, nv, d, kv_own, reread);
+        for (int i = 0; i < n; i++) {
+            assert_true(gm_cuda_chain_takes(&st[0][i].in, &st[0][i].m));
+            const gm_cuda_act_in *in = &st[0][i].in;
+            if (in->res_add || in->norm) CK(gm_cuda_prepare_act(in, GM_TYPE_Q8_0, scratch, NULL));
+            else CK(gm_cuda_quantize_act(in->x, in->K, 1, GM_TYPE_Q8_0, scratch, NULL));
+            CK(gm_cuda_matmul_multi(&st[0][i].m, scratch, 1, NULL));
+        }
+        CK(gm_cuda_chain(st[1], n, bar, NULL));
+    }
+    for (int i = 0; i < CB_N; i++) {
+        const size_t nb = sizeof(float) * len[i];
+        float *want = malloc(nb), *got = malloc(nb);
+        dev_download(want, buf[0][i], nb);
+        dev_download(got, buf[1][i], nb);
+        for (int64_t j = 0; j < len[i] && (kv_own || (i != CB_K && i != CB_V)); j++)
+            if (memcmp(&want[j], &got[j], sizeof(float)) != 0 || isnan(got[j]))
+                fail_msg("chain type %d H %lld F %lld P %lld Dq %lld Dk %lld kv %d reread %d: buffer %d element %lld: "
+                         "chained %.9g, step by step %.9g", type, (long long)d.H, (long long)d.F, (long long)d.P,
+                         (long long)d.Dq, (long long)d.Dk, kv_own, reread, i, (long long)j, got[j], want[j]);
+        free(want), free(got);
+        for (int r = 0; r < 2; r++) CU(cudaFree(buf[r][i]));
+        free(init[i]);
+    }
+    unsigned long long arrivals = 0;
+    dev_download(&arrivals, bar, sizeof arrivals);
+    /* a barrier between steps, one before the step that rereads x, one before the last write-back: per launch */
+    const int barriers = chain_layer(st[0], buf[0], w, nv, d, kv_own, reread) + (reread ? 1 : 0);
+    if (arrivals != 2ull * barriers * (unsigned long long)gm_cuda_chain_blocks())
+        fail_msg("chain barrier count %llu, want 2 launches x %d barriers x %d blocks", arrivals, barriers,
+                 gm_cuda_chain_blocks());
+    for (int i = 0; i < 9; i++) CU(cudaFree((void *)w[i].data));
+    for (int i = 0; i < 5; i++) CU(cudaFree((void *)nv[i]));
+    CU(cudaFree(scratch));
+    CU(cudaFree(bar));
+}
+
+static void test_chain(void **state) {
+    (void)state;
+    int cases = 0;
+    static const chain_dims dims[] = {
+        {256, 1024, 64, 512, 128},    /* small */
+        {2560, 10240, 256, 2048, 512}, /* Gemma 4 E4B */
+        {800, 1600, 96, 320, 96},     /* 25 warps of prep sums, rows of 50 / 100 items */
+        {8192, 256, 32, 256, 64},     /* the widest row with a residual update and rmsnorm */
+        {256, 16384, 32, 256, 64},    /* the widest input (the down projection's) */
+    };
+    const int types[] = {GM_TYPE_Q4_0, GM_TYPE_Q8_0, GM_TYPE_Q5_0, gm_cuda_device_type(GM_TYPE_Q4_0)};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        for (size_t t = 0; t < 4; t++)
+            for (int v = 0; v < 3; v++) {
+                if (i > 0 && t >= 2 && v) continue;
+                run_chain(types[t], dims[i], v != 1, v == 2), cases++;
+            }
+    /* what the chain leaves to other paths */
+    const gm_cuda_mat q4 = {.type = GM_TYPE_Q4_0, .ne0 = 512, .ne1 = 64, .row_bytes = 288, .data = (void *)256};
+    gm_cuda_multi m = {.n_w = 1, .w = {q4}, .y = {(float *)256}};
+    gm_cuda_act_in in = {.x = (float *)256, .K = 512, .n = 1, .res_scale = 1.0f};
+    assert_true(gm_cuda_chain_takes(&in, &m));
+    in.n = 2;
+    assert_false(gm_cuda_chain_takes(&in, &m)); /* two columns */
+    in.n = 1, in.x = (float *)260;
+    assert_false(gm_cuda_chain_takes(&in, &m)); /* x not 16-byte aligned */
+    in.x = (float *)256, m.w[0].type = GM_TYPE_Q4_K;
+    assert_false(gm_cuda_chain_takes(&in, &m)); /* q8_K activations */
+    m.w[0] = q4, m.w[0].ne0 = in.K = 8224, in.norm = 1;
+    assert_false(gm_cuda_chain_takes(&in, &m)); /* rmsnorm past 8192 */
+    in.norm = 0, m.w[0].ne0 = in.K = 16416;
+    assert_false(gm_cuda_chain_takes(&in, &m)); /* input past 16384 */
+    printf("[ cuda     ] chains of one-column projections in one launch: %d chains equal to their steps launched one "
+           "by one, byte for byte\n", cases);
 }
 
 int main(void) {
@@ -1755,7 +1918,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
-        cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts),
+        cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts), cmocka_unit_test(test_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
