@@ -987,6 +987,7 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
              fbits(p->eps), IB(p->act), PB(p->mul), IB(nw),
              PB(nw > 0 ? p->w[0]->data : NULL), PB(nw > 1 ? p->w[1]->data : NULL), PB(nw > 2 ? p->w[2]->data : NULL),
              PB(p->y[0]), PB(nw > 1 ? p->y[1] : NULL), PB(nw > 2 ? p->y[2] : NULL));
+    if (!c->chains || p->n != 1) pend_flush(c); /* what is held goes before this op's uploads, unless it may chain */
     if (c->prof && nw > 0) {
         uint64_t bytes = 0;
         for (int32_t i = 0; i < nw && i < 3; i++) bytes += tensor_bytes(p->w[i]);
