@@ -34,8 +34,8 @@
 enum {
     CH_THREADS = 512,
     CH_WARPS = CH_THREADS / 32,
-    CH_MAX_K = 16384,  /* input width of a step (staged as f32: 64 KB of shared memory) */
-    CH_MAX_KN = 8192,  /* ... of a step with a residual update or rmsnorm (a second f32 row) */
+    CH_MAX_K = 16384,  /* input width of a step (its q8_0 blocks in shared memory) */
+    CH_MAX_KN = 8192,  /* ... of a step with a residual update or rmsnorm (its row and the residual's staged as f32) */
     CH_IPL = 3,        /* q4_0 items per lane of a row loaded before the first is used, two rows at a time (the GeGLU's
                           four rows: 1; other types: 1); more spills registers */
 };
@@ -394,7 +394,8 @@ __device__ __forceinline__ void chain_prefetch(const ChainStep &s, int gw, int G
 
 __global__ void __launch_bounds__(CH_THREADS, 1) chain_kernel(const __grid_constant__ ChainArgs a) {
     extern __shared__ float4 ch_smem[];
-    float *xs = (float *)ch_smem;                 /* [CH_MAX_K] */
+    float *xs = (float *)ch_smem;                 /* [CH_MAX_K]; only CH_MAX_KN used since plain steps quantize
+                                                     straight from global memory (v3): 32 KB to spare */
     float *xn = xs + CH_MAX_K;                    /* [CH_MAX_KN] */
     float *ws_res = xn + CH_MAX_KN;               /* [CH_MAX_KN] */
     float *ws_norm = ws_res + CH_MAX_KN;          /* [CH_MAX_KN] */
