@@ -14,22 +14,7 @@
 #include <vector>
 
 #include "ops_cuda.h"
-
-#define CU(call)                                                                                            \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess) {                                                                            \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
-            exit(1);                                                                                        \
-        }                                                                                                   \
-    } while (0)
-#define CK(call)                                                                                            \
-    do {                                                                                                    \
-        if ((call) != 0) {                                                                                  \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, gm_cuda_last_error());             \
-            exit(1);                                                                                        \
-        }                                                                                                   \
-    } while (0)
+#include "cuda_check.cuh"
 
 __global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

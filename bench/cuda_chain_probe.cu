@@ -14,22 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "ops_cuda.h"
-
-#define CU(x)                                                                                                   \
-    do {                                                                                                        \
-        cudaError_t e_ = (x);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                                            \
-        }                                                                                                       \
-    } while (0)
-#define CK(x)                                                                                                   \
-    do {                                                                                                        \
-        if ((x) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, gm_cuda_last_error());                   \
-            exit(1);                                                                                            \
-        }                                                                                                       \
-    } while (0)
+#include "cuda_check.cuh"
 
 static void *dalloc(size_t n, int byte) {
     void *p;

@@ -13,6 +13,9 @@
  * Environment: GEMMAC_TRACE_OUT  file the report is appended to (default: stderr)
  *              GEMMAC_TRACE_SKIP_NS  kernels starting less than this many ns after the first kernel are left
  *                                    out of the statistics (warm-up)
+ *              GEMMAC_TRACE_GRAPH_ONLY=1  only kernels replayed from CUDA graphs count (e.g. a benchmark's decoding
+ *                                    steps without the prefill that fills its cache); the others are left out as
+ *                                    the warm-up is
  * A CUPTI failure prints one line and leaves the host program alone (no report then). */
 #define _POSIX_C_SOURCE 200809L
 
@@ -213,6 +216,8 @@ static void tr_report(FILE *f) {
     uint64_t skip_ns = 0;
     const char *skip_env = getenv("GEMMAC_TRACE_SKIP_NS");
     if (skip_env && *skip_env) skip_ns = strtoull(skip_env, NULL, 10);
+    const char *graph_env = getenv("GEMMAC_TRACE_GRAPH_ONLY");
+    const int graph_only = graph_env && atoi(graph_env) == 1;
 
     char exe[512];
     ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -253,7 +258,7 @@ static void tr_report(FILE *f) {
         uint64_t p_end = prev_end;
         prev_end = new_stream || r->end > prev_end ? r->end : prev_end;
         const uint64_t incr = has_prev && r->end > p_end ? r->end - p_end : 0;
-        if (r->start < from) { /* warm-up: still the predecessor of the next kernel */
+        if (r->start < from || (graph_only && !r->graph_id)) { /* left out: still the next kernel's predecessor */
             skipped++;
             continue;
         }
@@ -297,6 +302,7 @@ static void tr_report(FILE *f) {
     fprintf(f, "\n## " TR_TAG ": %s (pid %ld, CUPTI %u)\n\n", n_exe ? exe : "?", (long)getpid(),
             (unsigned)g_cupti_version);
     if (skip_ns) fprintf(f, "Warm-up skipped: kernels starting in the first %llu ns.\n\n", (unsigned long long)skip_ns);
+    if (graph_only) fprintf(f, "Only kernels replayed from CUDA graphs counted.\n\n");
     fprintf(f, "| # | share %% | count | total ms | mean us | min us | max us | gap us | end incr us | graph %% | kernel |\n");
     fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|\n");
     size_t rank = 0;
@@ -330,7 +336,7 @@ static void tr_report(FILE *f) {
     fprintf(f, "| kernels overlapping their predecessor (gap 0) | %llu |\n", (unsigned long long)overlaps);
     fprintf(f, "| span ms (first start to last end) | %.3f |\n", span / 1e6);
     fprintf(f, "| kernel time / span %% | %.1f |\n", span > 0 ? 100.0 * (double)busy / span : 0.0);
-    fprintf(f, "| skipped as warm-up | %llu |\n", (unsigned long long)skipped);
+    fprintf(f, "| left out (warm-up, or not from a graph) | %llu |\n", (unsigned long long)skipped);
     fprintf(f, "| without timestamps | %zu |\n", no_ts);
     fprintf(f, "| dropped by CUPTI | %zu |\n", g_dropped);
     fprintf(f, "| over the %zu-record cap | %zu |\n", TR_MAX_RECORDS, g_over_cap);
