@@ -435,7 +435,7 @@ __device__ void prep_fused(float (*q_s)[D], float (*kv_s)[D], bool own, const At
 /* PREP: the preparation fused (AttnPrep; TQ = 1 and one token per sequence): q read raw and prepared in shared
  * memory, the token's own K/V prepared and stored by the block whose split holds its key, before any key is read;
  * K/V then read through L2 (ld_kv's CG), as this launch writes cache rows. */
-template <typename KV, int D, int G, int TQ, int TPK, bool PREP = false>
+template <typename KV, int D, int G, int TQ, int TPK, bool PREP = false, bool WVP = false>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     const KV *kc, const KV *vc, int n_slots, int ring, int n_head_kv,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
@@ -500,6 +500,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int e = 0; e < DPT; e++) acc[r][e] = 0.0f;
+    /* The value phase by warps (WV, asked for by WVP: launches of at most a block per SM, attn_values_by_warps):
+     * warp w adds keys w, w + 4, ... of a chunk, lane l dims of the 16-byte pieces l, l + 32, ... (a key row in one
+     * coalesced round of 16-byte loads, CHUNK / 4 rows in flight per warp); the four warps' sums are added at the
+     * end (wv_reduce). Else thread t adds every key of the chunk for dims t·DPT .. +DPT-1 (4-byte loads at D = 256
+     * f16, a row after another), with fewer registers: more blocks per SM when there are many. */
+    constexpr int DPL = D / 32;
+    constexpr bool WV = WVP && R * DPL <= 64 && DPL % VE == 0;
+    float accw[WV ? R : 1][WV ? DPL : 1];
+#pragma unroll
+    for (int r = 0; r < (WV ? R : 1); r++)
+#pragma unroll
+        for (int e = 0; e < (WV ? DPL : 1); e++) accw[r][e] = 0.0f;
     __syncthreads();
 
     const size_t seq_base = (size_t)sq * n_slots;
@@ -558,29 +570,77 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
             }
         }
         __syncthreads();
+        if constexpr (WV) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float a = a_s[r];
+            for (int r = 0; r < R; r++) {
+                const float a = a_s[r];
 #pragma unroll
-            for (int e = 0; e < DPT; e++) acc[r][e] *= a;
-        }
-        const int d0 = threadIdx.x * DPT;
+                for (int e = 0; e < DPL; e++) accw[r][e] *= a;
+            }
+            constexpr int NW = ATT_THREADS / 32;
+#pragma unroll
+            for (int u = 0; u < CHUNK / NW; u++) {
+                const int jj = warp + NW * u;
+                if (jj >= cn) break;
+                const int vp = LO + c0 + jj;
+                const int slot = ring ? vp % n_slots : vp;
+                const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D;
+                float vv[DPL], pr[R];
+#pragma unroll
+                for (int i = 0; i < DPL / VE; i++) ld_kv<KV, VE, PREP>(vrow + (lane + 32 * i) * VE, &vv[i * VE]);
+                load_p_row<R>(&p_s[jj][0], pr);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < DPL; e++) accw[r][e] = fmaf(pr[r], vv[e], accw[r][e]);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float a = a_s[r];
+#pragma unroll
+                for (int e = 0; e < DPT; e++) acc[r][e] *= a;
+            }
+            const int d0 = threadIdx.x * DPT;
 #pragma unroll 8
-        for (int jj = 0; jj < cn; jj++) {
-            const int vp = LO + c0 + jj;
-            const int slot = ring ? vp % n_slots : vp;
-            const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D + d0;
-            float vv[DPT], pr[R];
-            ld_kv<KV, DPT, PREP>(vrow, vv);
-            load_p_row<R>(&p_s[jj][0], pr);
+            for (int jj = 0; jj < cn; jj++) {
+                const int vp = LO + c0 + jj;
+                const int slot = ring ? vp % n_slots : vp;
+                const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D + d0;
+                float vv[DPT], pr[R];
+                ld_kv<KV, DPT, PREP>(vrow, vv);
+                load_p_row<R>(&p_s[jj][0], pr);
 #pragma unroll
-            for (int r = 0; r < R; r++)
+                for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int e = 0; e < DPT; e++) acc[r][e] = fmaf(pr[r], vv[e], acc[r][e]);
+                    for (int e = 0; e < DPT; e++) acc[r][e] = fmaf(pr[r], vv[e], acc[r][e]);
+            }
         }
         __syncthreads();
     }
 
+    if constexpr (WV) { /* wv_reduce: the warps' sums added in warp order through q_s (free since the last chunk) */
+        constexpr int NW = ATT_THREADS / 32;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            if (warp == w)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int i = 0; i < DPL / VE; i++)
+#pragma unroll
+                        for (int e = 0; e < VE; e++) {
+                            float *d = &q_s[r][(lane + 32 * i) * VE + e];
+                            *d = w == 0 ? accw[r][i * VE + e] : *d + accw[r][i * VE + e];
+                        }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int e = 0; e < DPT; e++) acc[r][e] = q_s[r][threadIdx.x * DPT + e];
+        __syncthreads(); /* every sum read before q_s is written again (the quantized output's staging) */
+    }
     const int n_rows = min(R, (n_tokens - t0) * G); /* rows of tokens inside the batch: rows are in token order */
     const size_t hr0 = (size_t)t0 * n_head + (size_t)kvh * G; /* row 0's head row (token · n_head + head) */
     const int d0 = threadIdx.x * DPT;
@@ -705,11 +765,26 @@ extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_he
     return counter_bytes() + partial_bytes(n_tokens, n_head, s, head_dim);
 }
 
+/* Whether a decode launch of this many blocks adds values by warps (WV in attn_split_kernel): 16-byte loads and a
+ * chunk's rows in flight at once, for the few blocks of one or two sequences, where each block's latency is the
+ * launch's; not past one block per SM, where the kernel's extra registers cost more blocks per SM than they gain.
+ * Measured on the H200 (E4B q4_0, 2026-12-03): 64 sequences at depth 1024 with WV in every launch: the global
+ * layers' attention 67 -> 88 us. GEMMAC_CUDA_ATTN_WV=0 / 1: never / whenever the shape allows (gm_cuda_set_attn_wv). */
+static int g_attn_wv = -1;
+extern "C" void gm_cuda_set_attn_wv(int mode) { g_attn_wv = mode == 0 || mode == 1 ? mode : -1; }
+static bool attn_values_by_warps(long blocks) { return g_attn_wv >= 0 ? g_attn_wv == 1 : blocks <= sm_count(); }
+
 template <typename KV, int D, int G, int TQ, int TPK, bool PREP>
 static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnOut &o, const AttnPrep &pr,
                         cudaStream_t st) {
     const gm_cuda_kv *kv = a->kv;
     const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)((a->n_tokens + TQ - 1) / TQ));
+    if (TQ == 1 && attn_values_by_warps((long)grid.x * grid.y * grid.z)) {
+        gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP, TQ == 1>, grid, ATT_THREADS, 0, st, (const KV *)kv->k,
+                   (const KV *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+                   a->window, ks, n_splits, a->q, o, pr);
+        return;
+    }
     gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP>, grid, ATT_THREADS, 0, st, (const KV *)kv->k,
                (const KV *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
                a->window, ks, n_splits, a->q, o, pr);

@@ -362,9 +362,11 @@ static bool one_token_per_seq(int32_t n, const int32_t *seq) {
  * batch's device int buffer (refreshed by begin_batch's copy, enqueued before the graph). So such forwards are
  * keyed by (n_tokens, n_out, gbucket) and, per key: the first is run eagerly while hashing every op and its
  * arguments (G_RECORD); the second is captured into a CUDA graph (G_CAPTURE), launched, and kept when its hash
- * equals the first's; later ones skip every op on the host, only hashing it (G_REPLAY), and launch the graph at
- * read() (or end_batch when nothing is read). A replay whose hash differs from the captured forward's cannot be
- * redone (its ops were skipped): the forward fails with a message, and graphs are off from then on. Anything
+ * equals the first's; later ones launch the graph at begin_batch, before the host walks the forward, and then
+ * skip every op on the host, only hashing it (G_REPLAY): the walk (~70-200 us of host time for E4B) overlaps the
+ * graph instead of leaving the device idle between steps. A replay whose hash differs from the captured forward's
+ * cannot be redone (its ops were skipped, and the graph already ran): the forward fails with a message, and graphs
+ * are off from then on. Anything
  * that cannot be captured (an allocation, a weight upload: both only in warm-up forwards) ends a capture
  * early: what was captured is launched and the rest of that forward runs eagerly. Whenever device memory a
  * graph may point at is freed or moved, gen changes and every graph is dropped. GEMMAC_CUDA_GRAPHS=0: off. */
@@ -653,7 +655,8 @@ static void graph_begin(cuda_backend *c, const gm_batch_ints *bi) {
     }
     c->gcur = e;
     if (e->state == 2) {
-        c->gmode = G_REPLAY;
+        c->gmode = G_REPLAY; /* launched now; graph_finish checks that the forward was the captured one */
+        if (cu_ok(c, cudaGraphLaunch(e->exec, c->stream), "launching the forward's CUDA graph")) c->glaunched = true;
     } else if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
         c->gmode = G_CAPTURE;
     } else {
@@ -682,10 +685,8 @@ static void graph_finish(cuda_backend *c) {
         }
         break;
     }
-    case G_REPLAY:
-        if (e->sig == c->gsig && e->gen == c->gen && !c->failed) {
-            if (cu_ok(c, cudaGraphLaunch(e->exec, c->stream), "launching the forward's CUDA graph")) c->glaunched = true;
-        } else if (!c->failed) {
+    case G_REPLAY: /* launched at graph_begin */
+        if ((e->sig != c->gsig || e->gen != c->gen) && !c->failed) {
             c->graphs = false;
             fail(c, GEMMAC_ERR_BACKEND, "CUDA backend: a decode forward differed from the CUDA graph captured for it "
                  "(ops or arguments); graphs are now off (GEMMAC_CUDA_GRAPHS=0 avoids them)");
@@ -848,7 +849,7 @@ static double cuda_copy_gbps(gm_backend *b) {
 static void cuda_read(gm_backend *b, const float *buf, float *host, int64_t n) {
     cuda_backend *c = cb(b);
     pend_flush(c);
-    if (c->gmode != G_EAGER) graph_finish(c); /* launches the forward's graph when there is one */
+    if (c->gmode != G_EAGER) graph_finish(c); /* ends a capture (and launches it), or checks a replay */
     if (c->failed) return;
     if (cu_ok(c, cudaMemcpyAsync(host, buf, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
               "copying results to the host"))
@@ -875,7 +876,7 @@ static void cuda_top_logits(gm_backend *b, const float *logits, int32_t n_rows, 
                             int32_t *ids, float *vals) {
     cuda_backend *c = cb(b);
     top_select(c, logits, n_rows, n_vocab, k);
-    if (c->gmode != G_EAGER) graph_finish(c); /* launches the forward's graph when there is one */
+    if (c->gmode != G_EAGER) graph_finish(c); /* ends a capture (and launches it), or checks a replay */
     if (c->failed) return;
     const size_t n = (size_t)n_rows * k * 4, pairs = top_pairs_bytes(n_rows, k);
     if (cu_ok(c, cudaMemcpyAsync(ids, c->top, n, cudaMemcpyDeviceToHost, c->stream), "copying the best logits") &&
@@ -1329,6 +1330,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
     if (af && *af) gm_cuda_set_attn_fill(atoi(af));
+    const char *aw = getenv("GEMMAC_CUDA_ATTN_WV"); /* decode attention's values by warps: 0, 1, unset auto */
+    if (aw && *aw) gm_cuda_set_attn_wv(atoi(aw));
     const char *ms = getenv("GEMMAC_CUDA_MMV_SPLIT"); /* mat-vec rows split over warps: ks[,min_k] */
     if (ms && *ms) gm_cuda_set_mmv_split(atoi(ms), strchr(ms, ',') ? atoi(strchr(ms, ',') + 1) : 8192);
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */

@@ -611,7 +611,8 @@ extern "C" void gm_cuda_set_mmv_split(int ks, int min_k) {
  * for n <= 4, 4 rows above. */
 static int default_rows(int type, int n, int64_t K, int64_t M) {
     if (g_mmv_rows) return g_mmv_rows;
-    const int dense = type == GMC_F32 || type == GMC_F16 || type == GMC_BF16 || type == GMC_Q4_0 || type == GMC_Q4_K;
+    const int dense = type == GMC_F32 || type == GMC_F16 || type == GMC_BF16 || type == GMC_Q4_0 ||
+                      type == GMC_Q4_0_G8 || type == GMC_Q4_K;
     if (n == 1) return dense && K <= 4096 && M >= 8192 ? 2 : 1;
     return n <= 4 ? 2 : 4;
 }
@@ -961,7 +962,7 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
 
 /* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block of 256 threads per row,
  * the input prepared as act_prep_kernel does (residual update, rmsnorm). */
-__global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
+__global__ void __launch_bounds__(1024) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
                                                       float *__restrict__ col_scale) {
     gmc_pdl_wait();
     const int64_t c = blockIdx.x;
@@ -976,7 +977,7 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const gm_cuda_act_in in, _
         if (w) v = __fmul_rn(v, w[i]);
         amax = fmaxf(amax, fabsf(v));
     }
-    __shared__ float part[8];
+    __shared__ float part[32];
     amax = gmc_warp_max(amax);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = amax;
     __syncthreads();
@@ -1057,8 +1058,11 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
 extern "C" int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, gm_cuda_stream stream) {
     if (!in || in->K > (1 << 30) || in->n <= 0 || !in->x || !xh || !col_scale)
         return gmc_fail(-1, "prepare_act_f16: bad arguments");
+    /* rows act_prep_reg does not take (past 8192 values: the down projection's input) get 1024 threads: with
+     * 256, a 10240-value row was 40 dependent loads a thread per pass, 12 us for 64 rows (H200, E4B) */
     if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, stream))
-        gmc_launch(act_f16_kernel, (unsigned)in->n, 256, 0, stream, *in, (__half *)xh, col_scale);
+        gmc_launch(act_f16_kernel, (unsigned)in->n, in->K >= 8192 ? 1024 : 256, 0, stream, *in, (__half *)xh,
+                   col_scale);
     return gmc_check_launch("prepare_act_f16");
 }
 

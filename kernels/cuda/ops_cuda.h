@@ -224,6 +224,10 @@ void gm_cuda_set_pdl(int on);
 /* Blocks per SM the attention splits aim for (default 16; 1..64). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
  * a CUDA backend is created. For benchmarks and tests. */
 void gm_cuda_set_attn_fill(int blocks_per_sm);
+/* Decode attention's values added by warps (16-byte loads, a chunk's rows in flight): 1 always where the shape
+ * allows, 0 never, -1 (default) for launches of at most a block per SM. Process-wide; GEMMAC_CUDA_ATTN_WV sets it
+ * when a CUDA backend is created. For benchmarks. */
+void gm_cuda_set_attn_wv(int mode);
 /* Most threads per row of the projection-input preparation (a multiple of 32, 32 .. 1024; 0: the built-in choice). Process-wide; GEMMAC_CUDA_PREP_THREADS sets it when a CUDA backend is created. For benchmarks. */
 void gm_cuda_set_prep_threads(int threads);
 

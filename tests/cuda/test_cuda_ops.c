@@ -657,9 +657,13 @@ static void test_attention(void **state) {
      * separate quantizer (q8_K blocks spanning two KV heads' output: 8/8 D=128; the one-warp kernel) */
     static const int acts[3] = {0, GM_TYPE_Q8_0, GM_TYPE_Q8_K};
     int cases = 0, quantized = 0;
+    /* decode launches add values by warps or by threads (gm_cuda_set_attn_wv; the default picks by block count):
+     * every case both ways */
+    for (int wv = 0; wv < 2; wv++)
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
         for (int kt = 0; kt < 2; kt++)
             for (int variant = 0; variant < 7; variant++) {
+                gm_cuda_set_attn_wv(wv);
                 /* 0: decode of 2 sequences, full; 1: decode, sliding window 512 in a ring; 2: 5 consecutive tokens of
                  * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys; 4: 37 consecutive tokens,
                  * full (tiles, the last one partial); 5: 37 tokens, window 64 (tiles in a ring; one split); 6: runs
@@ -677,9 +681,10 @@ static void test_attention(void **state) {
                 run_attention(&c);
                 cases++, quantized += act != 0;
             }
-    printf("[ cuda     ] kv_store + attention: %d cases pass, each launched twice on one scratch (cache bytes exact; "
-           "output tolerance 5e-5; second launch identical); %d with a quantized output, bytes equal to "
-           "gm_cuda_quantize_act's\n", cases, quantized);
+    gm_cuda_set_attn_wv(-1);
+    printf("[ cuda     ] kv_store + attention: %d cases pass (values by threads, then by warps), each launched twice "
+           "on one scratch (cache bytes exact; output tolerance 5e-5; second launch identical); %d with a quantized "
+           "output, bytes equal to gm_cuda_quantize_act's\n", cases, quantized);
 }
 
 
