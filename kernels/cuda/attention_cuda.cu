@@ -4,7 +4,9 @@
  * that KV head for every token of the tile (16 / G consecutive tokens of one sequence when the batch is long
  * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; the last block of
  * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
- * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Also the attention op's
+ * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Decode launches (one token per
+ * block, f16 cache) take the staged kernel instead: K/V tiles copied into shared memory a tile ahead, scores and
+ * values on the tensor cores, the same splits, merge and output. Also the attention op's
  * preparation (q/k/v norms, RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq,
  * a decode step) inside the split kernel's blocks. That fusion measured slower than the launch it saves (H200,
  * E4B q4_0, 2026-12-03: +5.7 us per attention against ~5.6 us, and more at depth, where there are more splits to
@@ -18,9 +20,12 @@
  * Measured (H200, 2026-12-01, BENCHMARKS.md): one query token per block with a thread per key took 295 us per
  * E4B layer at pp512; tiles took it to 98 us (pp512 16.4k -> 21.0k t/s). Decode with four threads per key (a
  * key row in one round trip): 8.5 us per sliding layer at short context (PDL off), 102 us at 256 sequences x
- * 1024 keys (~2.6 TB/s of K/V). Head sizes and groupings the split kernel is not built for go to a simple
- * one-warp-per-head kernel (the tiny models of the transformers fixtures). */
+ * 1024 keys (~2.6 TB/s of K/V); the staged kernel (2026-12-04): 7.8 / 12.4 us for one sequence's sliding / global
+ * layer at depth 1024, 89 / 316 us at 256 sequences (3.0 / 3.4 TB/s). Head sizes and groupings the split kernel is
+ * not built for go to a simple one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
+
+#include <algorithm>
 
 #include "act_quant_cuda.cuh"
 #include "common_cuda.cuh"
@@ -202,6 +207,19 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
 #pragma unroll
             for (int i = 0; i < VE; i++) out[i] = ld_ro<CG>(p + i);
         }
+    }
+}
+
+/* Row r's running softmax after a chunk of keys: the max m_old -> m_new, the chunk's exponentials (against m_new)
+ * summing to sum; the factor alpha that rescales what was added before (0 when nothing was) into a_s. Lane 0 of
+ * the row's warp writes. */
+__device__ __forceinline__ void softmax_advance(int r, float m_old, float m_new, float sum, int lane, float *m_s,
+                                                float *l_s, float *a_s) {
+    if (lane == 0) {
+        const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        l_s[r] = l_s[r] * alpha + sum;
+        m_s[r] = m_new;
+        a_s[r] = alpha;
     }
 }
 
@@ -432,6 +450,62 @@ __device__ void prep_fused(float (*q_s)[D], float (*kv_s)[D], bool own, const At
     __syncthreads();
 }
 
+/* A block's results, once its keys are done: acc[r][e] (output dim threadIdx.x·DPT + e of row r, not yet divided
+ * by l), m_s / l_s its rows' softmax max and sum. One split (n_splits = 1): the rows' outputs; else the partials,
+ * counted on the group's counter, and the group's last block merges them (merge_splits). The block that writes
+ * final values quantizes them when asked (quant_out), from a copy at stage (R·D floats of shared memory no thread
+ * reads any more). Rows past the batch are skipped. Every thread calls it. */
+template <int R, int G, int D>
+__device__ __forceinline__ void attn_finish(const float (&acc)[R][D / ATT_THREADS], const float *m_s,
+                                            const float *l_s, float *stage, int split, int n_splits, int t0, int kvh,
+                                            int n_tokens, int n_head, const AttnOut &res) {
+    constexpr int DPT = D / ATT_THREADS;
+    __shared__ bool last; /* this block is its group's last to finish */
+    const int n_rows = min(R, (n_tokens - t0) * G); /* rows of tokens inside the batch: rows are in token order */
+    const size_t hr0 = (size_t)t0 * n_head + (size_t)kvh * G; /* row 0's head row (token · n_head + head) */
+    const int d0 = threadIdx.x * DPT;
+    if (n_splits == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= n_rows) break;
+            const float l = l_s[r];
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            float *dst = res.out + (hr0 + (size_t)(r / G) * n_head + r % G) * D + d0;
+#pragma unroll
+            for (int e = 0; e < DPT; e++) {
+                const float y = acc[r][e] * inv;
+                dst[e] = y;
+                if (res.qt) stage[(size_t)r * D + d0 + e] = y;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= n_rows) break;
+            const size_t idx = (hr0 + (size_t)(r / G) * n_head + r % G) * n_splits + split;
+            float *pa = res.pacc + idx * D + d0;
+#pragma unroll
+            for (int e = 0; e < DPT; e++) pa[e] = acc[r][e];
+            if (threadIdx.x == 0) res.pml[idx] = make_float2(m_s[r], l_s[r]);
+        }
+        __threadfence(); /* the partials visible device-wide before this block counts itself */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned int *c = res.cnt + (size_t)blockIdx.z * gridDim.y + kvh;
+            last = atomicAdd(c, 1u) == (unsigned int)n_splits - 1;
+            if (last) *c = 0u; /* the whole group has counted: zero again for the next launch */
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        merge_splits<R, G, D>(res.pacc, res.pml, n_splits, n_head, hr0, n_rows, res.out, res.qt ? stage : NULL);
+    }
+    if (res.qt) {
+        __syncthreads();
+        quant_out<D, G>(stage, n_rows / G, t0, kvh, (size_t)n_head * D, res.qt, res.oq, res.od);
+    }
+}
+
 /* PREP: the preparation fused (AttnPrep; TQ = 1 and one token per sequence): q read raw and prepared in shared
  * memory, the token's own K/V prepared and stored by the block whose split holds its key, before any key is read;
  * K/V then read through L2 (ld_kv's CG), as this launch writes cache rows. */
@@ -453,7 +527,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     __shared__ __align__(16) float q_s[R][D];
     __shared__ __align__(16) float p_s[CHUNK][PS];
     __shared__ float m_s[R], l_s[R], a_s[R];
-    __shared__ bool last; /* this block is its group's last to finish */
 
     const int split = blockIdx.x, kvh = blockIdx.y, t0 = blockIdx.z * TQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -561,13 +634,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
                 p_s[lane + 32 * i][r] = e;
                 sum += e;
             }
-            sum = gmc_warp_sum(sum);
-            if (lane == 0) {
-                const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-                l_s[r] = l_s[r] * alpha + sum;
-                m_s[r] = m_new;
-                a_s[r] = alpha;
-            }
+            softmax_advance(r, m_old, m_new, gmc_warp_sum(sum), lane, m_s, l_s, a_s);
         }
         __syncthreads();
         if constexpr (WV) {
@@ -641,49 +708,222 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
             for (int e = 0; e < DPT; e++) acc[r][e] = q_s[r][threadIdx.x * DPT + e];
         __syncthreads(); /* every sum read before q_s is written again (the quantized output's staging) */
     }
-    const int n_rows = min(R, (n_tokens - t0) * G); /* rows of tokens inside the batch: rows are in token order */
-    const size_t hr0 = (size_t)t0 * n_head + (size_t)kvh * G; /* row 0's head row (token · n_head + head) */
-    const int d0 = threadIdx.x * DPT;
-    if (n_splits == 1) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= n_rows) break;
-            const float l = l_s[r];
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            float *dst = res.out + (hr0 + (size_t)(r / G) * n_head + r % G) * D + d0;
-#pragma unroll
-            for (int e = 0; e < DPT; e++) {
-                const float y = acc[r][e] * inv;
-                dst[e] = y;
-                if (res.qt) q_s[r][d0 + e] = y; /* q_s is free since the last chunk */
+    attn_finish<R, G, D>(acc, m_s, l_s, &q_s[0][0], split, n_splits, t0, kvh, n_tokens, n_head, res);
+}
+
+/* ---- staged decode attention on the tensor cores ----
+ * One token per block, as attn_split_kernel with TQ = 1 (block (split, kvh, token); f16 cache; G <= 8), for decode
+ * steps: the split's keys go in tiles of KT keys whose K and V rows cp.async copies into shared memory, the next
+ * tile's while the block computes on this one, so that a block always has a tile's 2·KT·D·2 bytes in flight.
+ * The products run on the tensor cores (mma m16n8k16, f16 in, f32 sums), the G query heads padded to the 8
+ * columns of an n-tile. K and V are f16 already; q and the softmax weights P are f32, so each is split into two
+ * f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): x to ~2^-22) and multiplied twice, which keeps the
+ * results within float rounding of attn_split_kernel's (f16 alone measured errors of 2.5e-4 on the test's
+ * values; the second product costs one mma per fragment, not another load):
+ *   scores  Sᵀ[key][g] = K[key][:] · q[g][:]   (m = 16 keys, k = 16 dims; A = K rows by ldmatrix, B = q's parts,
+ *           held in registers); warp w takes m-tile w % MT and the share w / MT of the dims, the KS shares added
+ *           through shared memory;
+ *   softmax as attn_split_kernel's (a warp per head row, f32), the tile's weights stored as P's two parts;
+ *   values  Oᵀ[d][g] += Vᵀ[d][keys] · Pᵀ[keys][g]   (m = 16 dims, k = 16 keys; A = V rows by ldmatrix.trans);
+ *           warp w owns dims D/4 · w .. (its accumulators rescaled by each column's alpha).
+ * Then Oᵀ through shared memory into attn_split_kernel's layout (thread t: dims t·DPT ..) and attn_finish. q must
+ * be finite in f16 (|q| < 65504). Tile rows sit at piece index pc ^ (j mod 8) (16-byte pieces, an XOR swizzle): each 8×8 matrix that
+ * ldmatrix reads spans eight different bank groups. Shared memory ~69 KB at D = 256 and 512, G = 4: 3 blocks per SM.
+ * Why (H200, 2026-12-04, BENCHMARKS.md "fifteenth session"): the same staging with f32 FMAs from shared memory
+ * was issue-bound at ~1.2 instructions a cycle, ~2.2 TB/s at 256 sequences; per tile this does KT·D·8·2 / 4096
+ * mma instead of ~1200 instructions a thread.
+ * Cost (E4B sliding layer, 256 sequences at depth 1024, 2 KV heads, D = 256, 512 keys): K/V 268 MB -> 60 us at
+ * 4.46 TB/s (the measured read bandwidth). */
+enum { STAGED_TILE_BYTES = 16384, STAGED_STAGES = 2, STAGED_MAX_G = 8 };
+
+template <int D, int G>
+struct StagedShape {
+    static constexpr int KT = STAGED_TILE_BYTES / (2 * D); /* keys per tile: 64, 32, 16 at D = 128, 256, 512 */
+    static constexpr int MT = KT / 16;                     /* m-tiles of keys in the score phase */
+    static constexpr int KS = (ATT_THREADS / 32) / MT;     /* warps sharing an m-tile, each a share of the dims */
+    static constexpr int KSTEPS = D / 16 / KS;             /* a warp's k-steps in the score phase (8) */
+    static constexpr int PV_MT = D / 16 / (ATT_THREADS / 32); /* a warp's m-tiles of dims in the value phase */
+    static constexpr int PV_KS = KT / 16;                  /* k-steps of 16 keys in the value phase */
+    static constexpr int PH = KT + 8;                      /* P row stride in halves: rows in different banks */
+    static constexpr size_t KV_BYTES = (size_t)2 * STAGED_STAGES * KT * D * sizeof(__half);
+    static constexpr size_t QH_BYTES = (size_t)2 * 8 * D * sizeof(__half); /* q's f16 parts, over the last stage */
+    static constexpr size_t SP_BYTES = (size_t)KS * KT * 8 * sizeof(float);
+    static constexpr size_t PH_BYTES = ((size_t)2 * 8 * PH * sizeof(__half) + 15) & ~(size_t)15; /* P's, the same */
+    static constexpr size_t SMEM = KV_BYTES + SP_BYTES + PH_BYTES; /* the output staged over K/V at the end */
+    static_assert(D / 8 >= 8 && MT >= 1 && MT <= 4 && KS * MT == 4 && G <= STAGED_MAX_G &&
+                  (size_t)G * D * sizeof(float) <= KV_BYTES && QH_BYTES <= (size_t)KT * D * sizeof(__half),
+                  "staged shape");
+};
+
+/* Where piece pc (8 halves) of tile row j sits, in halves from the row's start. */
+__device__ __forceinline__ int staged_at(int j, int pc) { return (pc ^ (j & 7)) * 8; }
+
+template <int D, int G>
+__global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
+    const __half *__restrict__ kc, const __half *__restrict__ vc, int n_slots, int ring, int n_head_kv,
+    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
+    int n_splits, const float *__restrict__ q, const AttnOut res) {
+    using S = StagedShape<D, G>;
+    constexpr int KT = S::KT, MT = S::MT, NST = STAGED_STAGES, PPR = D / 8, PH = S::PH;
+    constexpr int DPT = D / ATT_THREADS; /* output dims per thread in attn_finish's layout */
+    extern __shared__ __align__(16) unsigned char staged_smem[];
+    __half *k_s = (__half *)staged_smem; /* [NST][KT][D], then V the same */
+    __half *v_s = k_s + (size_t)NST * KT * D;
+    /* q's parts [2][8][D] in the last stage's K rows, which the first tile's loads leave alone: read into
+     * registers before the loop, whose first barrier comes before that stage's loads */
+    __half(*q_h)[8][D] = (__half(*)[8][D])(k_s + (size_t)(NST - 1) * KT * D);
+    float(*s_part)[KT][8] = (float(*)[KT][8])(staged_smem + S::KV_BYTES);                   /* [KS][KT][8] */
+    __half(*p_h)[8][PH] = (__half(*)[8][PH])(staged_smem + S::KV_BYTES + S::SP_BYTES);      /* [2][8][PH] */
+    float(*o_s)[D] = (float(*)[D])staged_smem; /* [G][D] over the K/V stages, once every tile is done */
+    __shared__ float m_s[G], l_s[G], a_s[G];
+    gmc_pdl_wait();
+
+    const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int p = pos[t];
+    const int LO = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    const int n_keys = p - LO + 1;
+    const int j0 = split * ks;
+    const int j1 = split == n_splits - 1 ? n_keys : min(j0 + ks, n_keys);
+    const int n_tiles = j1 > j0 ? (j1 - j0 + KT - 1) / KT : 0;
+    const size_t seq_base = (size_t)seq[t] * n_slots;
+
+    /* tile i's K and V rows into stage i % NST, rows past the split zero-filled (their P is 0; a stale NaN there
+     * would still reach the sums); one commit per call, empty or not, so that cp_async_wait counts tiles */
+    auto load_tile = [&](int i) {
+        if (i < n_tiles) {
+            const int st = i % NST, c0 = j0 + i * KT, cn = min(KT, j1 - c0);
+            __half *kd = k_s + (size_t)st * KT * D, *vd = v_s + (size_t)st * KT * D;
+            for (int x = threadIdx.x; x < KT * PPR; x += ATT_THREADS) {
+                const int j = x / PPR, pc = x % PPR;
+                const int kp = LO + c0 + min(j, cn - 1);
+                const size_t at = ((seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh) * D + pc * 8;
+                const int nb = j < cn ? 16 : 0;
+                cp_async16(kd + j * D + staged_at(j, pc), kc + at, nb);
+                cp_async16(vd + j * D + staged_at(j, pc), vc + at, nb);
             }
         }
-    } else {
+        cp_async_commit();
+    };
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= n_rows) break;
-            const size_t idx = (hr0 + (size_t)(r / G) * n_head + r % G) * n_splits + split;
-            float *pa = res.pacc + idx * D + d0;
+    for (int i = 0; i < NST - 1; i++) load_tile(i);
+
+    for (int i = threadIdx.x; i < 8 * D; i += ATT_THREADS) {
+        const int r = i / D, e = i % D;
+        const float x = r < G ? q[((size_t)t * n_head + (size_t)kvh * G + r) * D + e] : 0.0f;
+        const __half hi = __float2half_rn(x);
+        q_h[0][r][e] = hi, q_h[1][r][e] = __float2half_rn(x - __half2float(hi));
+    }
+    for (int i = threadIdx.x; i < 2 * 8 * PH; i += ATT_THREADS) (&p_h[0][0][0])[i] = __float2half_rn(0.0f);
+    if (threadIdx.x < G) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
+    __syncthreads();
+
+    const int mt = warp % MT, kshare = warp / MT;
+    uint32_t qb[2][S::KSTEPS][2]; /* B fragments of q's two parts for this warp's k-steps: (k = dims 2·t4.., n = head g) */
 #pragma unroll
-            for (int e = 0; e < DPT; e++) pa[e] = acc[r][e];
-            if (threadIdx.x == 0) res.pml[idx] = make_float2(m_s[r], l_s[r]);
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int kk = 0; kk < S::KSTEPS; kk++) {
+            const int k0 = kshare * (D / S::KS) + 16 * kk;
+            qb[h][kk][0] = *(const uint32_t *)&q_h[h][g][k0 + 2 * t4];
+            qb[h][kk][1] = *(const uint32_t *)&q_h[h][g][k0 + 2 * t4 + 8];
         }
-        __threadfence(); /* the partials visible device-wide before this block counts itself */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned int *c = res.cnt + (size_t)blockIdx.z * gridDim.y + kvh;
-            last = atomicAdd(c, 1u) == (unsigned int)n_splits - 1;
-            if (last) *c = 0u; /* the whole group has counted: zero again for the next launch */
+    float acc[S::PV_MT][4]; /* Oᵀ fragments: (dim m0 + g (+8), heads 2·t4, 2·t4 + 1) */
+#pragma unroll
+    for (int m = 0; m < S::PV_MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+
+    for (int i = 0; i < n_tiles; i++) {
+        cp_async_wait<NST - 2>();
+        __syncthreads(); /* tile i landed for every thread; every thread is done with tile i - 1's stage */
+        load_tile(i + NST - 1);
+        const int st = i % NST, cn = min(KT, j1 - (j0 + i * KT));
+        const __half *kt = k_s + (size_t)st * KT * D, *vt = v_s + (size_t)st * KT * D;
+        {   /* scores of keys mt·16 .. + 15 over this warp's share of the dims */
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int kk = 0; kk < S::KSTEPS; kk++) {
+                const int pc = (kshare * (D / S::KS) + 16 * kk) / 8 + (lane >> 4);
+                uint32_t a[4];
+                ldmatrix_x4(a, kt + key * D + staged_at(key, pc));
+                mma_f16(c, a, qb[0][kk][0], qb[0][kk][1]);
+                mma_f16(c, a, qb[1][kk][0], qb[1][kk][1]);
+            }
+            *(float2 *)&s_part[kshare][mt * 16 + g][2 * t4] = make_float2(c[0], c[1]);
+            *(float2 *)&s_part[kshare][mt * 16 + g + 8][2 * t4] = make_float2(c[2], c[3]);
         }
         __syncthreads();
-        if (!last) return;
-        __threadfence();
-        merge_splits<R, G, D>(res.pacc, res.pml, n_splits, n_head, hr0, n_rows, res.out, res.qt ? &q_s[0][0] : NULL);
-    }
-    if (res.qt) {
+        constexpr int NPL = (KT + 31) / 32; /* a tile's keys per lane */
+        for (int r = warp; r < G; r += ATT_THREADS / 32) {
+            float v[NPL], mx = -INFINITY;
+#pragma unroll
+            for (int i2 = 0; i2 < NPL; i2++) {
+                const int j = lane + 32 * i2;
+                float sc = -INFINITY;
+                if (j < cn) {
+                    sc = s_part[0][j][r];
+#pragma unroll
+                    for (int k2 = 1; k2 < S::KS; k2++) sc += s_part[k2][j][r];
+                }
+                v[i2] = sc;
+                mx = fmaxf(mx, sc);
+            }
+            const float m_old = m_s[r];
+            const float m_new = fmaxf(m_old, gmc_warp_max(mx));
+            float sum = 0.0f;
+#pragma unroll
+            for (int i2 = 0; i2 < NPL; i2++) {
+                const int j = lane + 32 * i2;
+                const float e = v[i2] == -INFINITY ? 0.0f : expf(v[i2] - m_new); /* past cn: 0 */
+                if (j < KT) {
+                    const __half hi = __float2half_rn(e);
+                    p_h[0][r][j] = hi, p_h[1][r][j] = __float2half_rn(e - __half2float(hi));
+                }
+                sum += e;
+            }
+            softmax_advance(r, m_old, m_new, gmc_warp_sum(sum), lane, m_s, l_s, a_s);
+        }
         __syncthreads();
-        quant_out<D, G>(&q_s[0][0], n_rows / G, t0, kvh, (size_t)n_head * D, res.qt, res.oq, res.od);
+        {   /* values: this warp's dims, the tile's keys 16 at a time */
+            const float al0 = 2 * t4 < G ? a_s[2 * t4] : 0.0f, al1 = 2 * t4 + 1 < G ? a_s[2 * t4 + 1] : 0.0f;
+#pragma unroll
+            for (int m = 0; m < S::PV_MT; m++) acc[m][0] *= al0, acc[m][1] *= al1, acc[m][2] *= al0, acc[m][3] *= al1;
+#pragma unroll
+            for (int kk = 0; kk < S::PV_KS; kk++) {
+                uint32_t b[2][2];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    b[h][0] = *(const uint32_t *)&p_h[h][g][16 * kk + 2 * t4],
+                    b[h][1] = *(const uint32_t *)&p_h[h][g][16 * kk + 2 * t4 + 8];
+                const int key = 16 * kk + (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+                for (int m = 0; m < S::PV_MT; m++) {
+                    const int pc = (warp * S::PV_MT + m) * 2 + ((lane >> 3) & 1);
+                    uint32_t a[4];
+                    ldmatrix_x4<true>(a, vt + key * D + staged_at(key, pc));
+                    mma_f16(acc[m], a, b[0][0], b[0][1]);
+                    mma_f16(acc[m], a, b[1][0], b[1][1]);
+                }
+            }
+        }
     }
+    /* Oᵀ fragments into o_s[head][dim] (over the stages: every warp done with its last tile, no copy in flight),
+     * then attn_split_kernel's layout */
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < S::PV_MT; m++) {
+        const int d = (warp * S::PV_MT + m) * 16 + g;
+        if (2 * t4 < G) o_s[2 * t4][d] = acc[m][0], o_s[2 * t4][d + 8] = acc[m][2];
+        if (2 * t4 + 1 < G) o_s[2 * t4 + 1][d] = acc[m][1], o_s[2 * t4 + 1][d + 8] = acc[m][3];
+    }
+    __syncthreads();
+    float out[G][DPT];
+#pragma unroll
+    for (int r = 0; r < G; r++)
+#pragma unroll
+        for (int e = 0; e < DPT; e++) out[r][e] = o_s[r][threadIdx.x * DPT + e];
+    /* o_s as attn_finish's staging: each thread writes there only the values it just read */
+    attn_finish<G, G, D>(out, m_s, l_s, &o_s[0][0], split, n_splits, t, kvh, n_tokens, n_head, res);
 }
 
 static int sm_count(void) {
@@ -711,8 +951,10 @@ static int tile_for(int32_t n_tokens, int G) { return n_tokens >= 8 && G < 16 ? 
  * 256; pp512 and single-sequence decoding did not move (their splits are set by the keys, not the fill). */
 enum { ATTN_FILL_DEFAULT = 16, ATTN_FILL_MAX = 64 };
 static int g_attn_fill = ATTN_FILL_DEFAULT;
+static bool g_attn_fill_set = false; /* asked for: the staged kernel's splits follow it too */
 extern "C" void gm_cuda_set_attn_fill(int blocks_per_sm) {
-    g_attn_fill = blocks_per_sm >= 1 && blocks_per_sm <= ATTN_FILL_MAX ? blocks_per_sm : ATTN_FILL_DEFAULT;
+    g_attn_fill_set = blocks_per_sm >= 1 && blocks_per_sm <= ATTN_FILL_MAX;
+    g_attn_fill = g_attn_fill_set ? blocks_per_sm : ATTN_FILL_DEFAULT;
 }
 
 /* Keys per block at least: one chunk (TPK = 4: 32 keys, tiles: 128). Splits: enough blocks to give every SM
@@ -765,14 +1007,22 @@ extern "C" size_t gm_cuda_attention_scratch_bytes(int32_t n_tokens, int32_t n_he
     return counter_bytes() + partial_bytes(n_tokens, n_head, s, head_dim);
 }
 
-/* Whether a decode launch of this many blocks adds values by warps (WV in attn_split_kernel): 16-byte loads and a
- * chunk's rows in flight at once, for the few blocks of one or two sequences, where each block's latency is the
- * launch's; not past one block per SM, where the kernel's extra registers cost more blocks per SM than they gain.
- * Measured on the H200 (E4B q4_0, 2026-12-03): 64 sequences at depth 1024 with WV in every launch: the global
- * layers' attention 67 -> 88 us. GEMMAC_CUDA_ATTN_WV=0 / 1: never / whenever the shape allows (gm_cuda_set_attn_wv). */
-static int g_attn_wv = -1;
-extern "C" void gm_cuda_set_attn_wv(int mode) { g_attn_wv = mode == 0 || mode == 1 ? mode : -1; }
-static bool attn_values_by_warps(long blocks) { return g_attn_wv >= 0 ? g_attn_wv == 1 : blocks <= sm_count(); }
+/* Which kernel a decode launch takes (one token per block): GMC_DECODE_STAGED (attn_staged_kernel) wherever it
+ * applies (an f16 cache, G <= 8, the preparation not fused into the launch): faster at every batch measured
+ * (H200, 2026-12-04, cuda_bench --attn: 1 to 256 sequences at depth 1024, E4B's sliding and global layers).
+ * Else attn_split_kernel adding values by warps (GMC_DECODE_WARPS: 16-byte loads, a chunk's rows in flight at once)
+ * when the launch has at most a block per SM, where each block's latency is the launch's, else by threads
+ * (GMC_DECODE_THREADS: fewer registers, more blocks per SM; H200, E4B q4_0, 2026-12-03: 64 sequences at depth 1024
+ * with WV in every launch: the global layers' attention 67 -> 88 us).
+ * GEMMAC_CUDA_ATTN_DECODE / gm_cuda_set_attn_decode: 0 threads, 1 warps, 2 staged (where the launch allows), -1
+ * the rule above. */
+enum { GMC_DECODE_THREADS = 0, GMC_DECODE_WARPS = 1, GMC_DECODE_STAGED = 2 };
+static int g_attn_decode = -1;
+extern "C" void gm_cuda_set_attn_decode(int mode) { g_attn_decode = mode >= 0 && mode <= 2 ? mode : -1; }
+static bool attn_values_by_warps(long blocks) {
+    return g_attn_decode >= 0 ? g_attn_decode == GMC_DECODE_WARPS : blocks <= sm_count();
+}
+static bool attn_staged(void) { return g_attn_decode < 0 || g_attn_decode == GMC_DECODE_STAGED; }
 
 template <typename KV, int D, int G, int TQ, int TPK, bool PREP>
 static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnOut &o, const AttnPrep &pr,
@@ -821,6 +1071,54 @@ static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int
     case 128: return launch_attn_g<KV, 128>(a, G, tq, n_splits, ks, o, pr, st);
     case 256: return launch_attn_g<KV, 256>(a, G, tq, n_splits, ks, o, pr, st);
     case 512: return launch_attn_g<KV, 512>(a, G, tq, n_splits, ks, o, pr, st);
+    }
+    return -1;
+}
+
+/* The staged kernel's launch: its shared memory allowed once per shape, blocks per SM from the occupancy
+ * calculator; splits that give every SM two rounds of blocks (or g_attn_fill blocks when it was set), of whole
+ * tiles, never more than n_splits_for's (the scratch is sized by those). */
+template <int D, int G>
+static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, cudaStream_t st) {
+    using S = StagedShape<D, G>;
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        cudaFuncSetAttribute(attn_staged_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_staged_kernel<D, G>, ATT_THREADS, S::SMEM) !=
+                cudaSuccess || per_sm < 1)
+            per_sm = 1;
+    }
+    const gm_cuda_kv *kv = a->kv;
+    const long groups = (long)a->n_tokens * kv->n_head_kv;
+    const long target = (long)(g_attn_fill_set ? g_attn_fill : 2 * per_sm) * sm_count();
+    int s = (int)((target + groups - 1) / groups);
+    s = std::min(s, std::min((a->max_keys + S::KT - 1) / S::KT, n_splits_for(a->n_tokens, kv->n_head_kv, a->max_keys, 1)));
+    s = std::max(s, 1);
+    const int ks = ((a->max_keys + s - 1) / s + S::KT - 1) / S::KT * S::KT; /* whole tiles */
+    s = (a->max_keys + ks - 1) / ks;
+    AttnOut o = o0;
+    if (s == 1) o.pacc = NULL, o.pml = NULL, o.cnt = NULL;
+    const dim3 grid((unsigned)s, (unsigned)kv->n_head_kv, (unsigned)a->n_tokens);
+    gmc_launch(attn_staged_kernel<D, G>, grid, ATT_THREADS, S::SMEM, st, (const __half *)kv->k, (const __half *)kv->v,
+               kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head, a->window, ks, s, a->q, o);
+}
+
+template <int D>
+static int launch_staged_g(const gm_cuda_attn *a, int G, const AttnOut &o, cudaStream_t st) {
+    switch (G) {
+    case 1: launch_staged<D, 1>(a, o, st); return 0;
+    case 2: launch_staged<D, 2>(a, o, st); return 0;
+    case 4: launch_staged<D, 4>(a, o, st); return 0;
+    case 8: launch_staged<D, 8>(a, o, st); return 0;
+    }
+    return -1;
+}
+
+static int launch_staged_d(const gm_cuda_attn *a, int G, const AttnOut &o, cudaStream_t st) {
+    switch (a->kv->head_dim) {
+    case 128: return launch_staged_g<128>(a, G, o, st);
+    case 256: return launch_staged_g<256>(a, G, o, st);
+    case 512: return launch_staged_g<512>(a, G, o, st);
     }
     return -1;
 }
@@ -963,8 +1261,11 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         o.pml = (float2 *)(o.pacc + (size_t)a->n_tokens * a->n_head * n_splits * D);
     }
     const AttnPrep *pp = fuse ? &pr : NULL;
-    const int rc = a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, pp, stream)
-                                          : launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream);
+    const bool staged = tq == 1 && !fuse && a->kv->type == GMC_F16 && G <= STAGED_MAX_G &&
+                        attn_staged();
+    const int rc = staged ? launch_staged_d(a, G, o, stream)
+                   : a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, pp, stream)
+                                            : launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream);
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", D, G);
     const int e = gmc_check_launch("attention");
     return e || !qt || q_in_kernel ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);

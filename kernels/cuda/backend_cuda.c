@@ -1330,8 +1330,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */
     if (af && *af) gm_cuda_set_attn_fill(atoi(af));
-    const char *aw = getenv("GEMMAC_CUDA_ATTN_WV"); /* decode attention's values by warps: 0, 1, unset auto */
-    if (aw && *aw) gm_cuda_set_attn_wv(atoi(aw));
+    const char *ad = getenv("GEMMAC_CUDA_ATTN_DECODE"); /* decode attention: 0 threads, 1 warps, 2 staged */
+    if (ad && *ad) gm_cuda_set_attn_decode(atoi(ad));
     const char *ms = getenv("GEMMAC_CUDA_MMV_SPLIT"); /* mat-vec rows split over warps: ks[,min_k] */
     if (ms && *ms) gm_cuda_set_mmv_split(atoi(ms), strchr(ms, ',') ? atoi(strchr(ms, ',') + 1) : 8192);
     const char *pt = getenv("GEMMAC_CUDA_PREP_THREADS"); /* threads of a projection input's preparation */

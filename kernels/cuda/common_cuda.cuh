@@ -1,6 +1,6 @@
 /* common_cuda.cuh: what every .cu file of the CUDA backend shares: the GGUF block layouts (mirrors of
  * src/quant/quant_blocks.h, which is C11-only), unaligned word loads, warp reductions, cp.async into shared memory,
- * the mma.sync wrappers, and the error recording behind gm_cuda_last_error(). No kernels live here. */
+ * the mma.sync and ldmatrix wrappers, and the error recording behind gm_cuda_last_error(). No kernels live here. */
 #ifndef GM_COMMON_CUDA_CUH
 #define GM_COMMON_CUDA_CUH
 
@@ -236,6 +236,22 @@ __device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* ldmatrix (sm_75+): four 8×8 matrices of 16-bit values from shared memory, lanes 8i .. 8i + 7 giving the
+ * addresses of matrix i's eight 16-byte rows; r[i] gets this lane's pair of matrix i (row lane / 4, columns
+ * 2·(lane % 4) and + 1), of the transposed matrix with TRANS: A and B fragments of mma_f16. */
+template <bool TRANS = false>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
 #endif
 }
 

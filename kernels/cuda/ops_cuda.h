@@ -221,13 +221,16 @@ void gm_cuda_set_mmv_prefetch_all(int on);
 /* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
  * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
 void gm_cuda_set_pdl(int on);
-/* Blocks per SM the attention splits aim for (default 16; 1..64). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
+/* Blocks per SM the attention splits aim for (1..64; the split kernel's default 16, the staged decode kernel's two
+ * rounds of its occupancy; anything else: back to those defaults). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
  * a CUDA backend is created. For benchmarks and tests. */
 void gm_cuda_set_attn_fill(int blocks_per_sm);
-/* Decode attention's values added by warps (16-byte loads, a chunk's rows in flight): 1 always where the shape
- * allows, 0 never, -1 (default) for launches of at most a block per SM. Process-wide; GEMMAC_CUDA_ATTN_WV sets it
- * when a CUDA backend is created. For benchmarks. */
-void gm_cuda_set_attn_wv(int mode);
+/* The decode attention's kernel (one token per block): 0 the split kernel adding values by threads, 1 by warps
+ * (16-byte loads, a chunk's rows in flight), 2 the staged kernel (K/V tiles copied into shared memory ahead of use,
+ * tensor cores; f16 caches, up to 8 query heads per KV head, the preparation not fused), where the launch allows;
+ * -1 (default): staged wherever it applies, else warps for launches of at most a block per SM, else threads.
+ * Process-wide; GEMMAC_CUDA_ATTN_DECODE sets it when a CUDA backend is created. For benchmarks and tests. */
+void gm_cuda_set_attn_decode(int mode);
 /* Most threads per row of the projection-input preparation (a multiple of 32, 32 .. 1024; 0: the built-in choice). Process-wide; GEMMAC_CUDA_PREP_THREADS sets it when a CUDA backend is created. For benchmarks. */
 void gm_cuda_set_prep_threads(int threads);
 

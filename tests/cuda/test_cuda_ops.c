@@ -502,7 +502,10 @@ static void test_gelu_softcap(void **state) {
 typedef struct attn_case {
     int n_head, n_head_kv, hd, kv_type, window, n_tokens, same_seq, two_runs, over_keys;
     int out_act; /* 0, or the quantized output asked for (GM_TYPE_Q8_0 / GM_TYPE_Q8_K) */
+    int staged;  /* gm_cuda_set_attn_decode(2): decode launches of an f16 cache with G <= 8 take the staged kernel */
 } attn_case;
+
+static double g_staged_max_err; /* the staged kernel's largest |error| over test_attention's cases */
 
 /* Asserts n bytes equal, naming the first that differs. */
 static void expect_bytes_equal(const char *what, const uint8_t *got, const uint8_t *want, size_t n) {
@@ -635,8 +638,14 @@ static void run_attention(const attn_case *c) {
             for (int i = 0; i < G * D; i++) want[qo + i] = o[i];
         }
     }
+    /* the staged kernel multiplies q and the softmax weights as two f16 parts each (to ~2^-22): the same
+     * tolerance; its largest error is printed */
+    const bool staged = c->staged && esz == 2 && tile <= 1 && split_shape && G <= 8;
     for (size_t i = 0; i < qn; i++) tol[i] = 5e-5;
     expect_close(what, out, want, tol, qn);
+    if (staged)
+        for (size_t i = 0; i < qn; i++)
+            if (fabs(out[i] - want[i]) > g_staged_max_err) g_staged_max_err = fabs(out[i] - want[i]);
     free(kc), free(vc), free(q), free(k), free(v), free(out), free(out2), free(back), free(want), free(tol), free(kr);
     free(vr), free(scores), free(o), free(hq), free(hq2), free(hqref);
     CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dq)); CU(cudaFree(dkn)); CU(cudaFree(dvn)); CU(cudaFree(dout));
@@ -657,13 +666,16 @@ static void test_attention(void **state) {
      * separate quantizer (q8_K blocks spanning two KV heads' output: 8/8 D=128; the one-warp kernel) */
     static const int acts[3] = {0, GM_TYPE_Q8_0, GM_TYPE_Q8_K};
     int cases = 0, quantized = 0;
-    /* decode launches add values by warps or by threads (gm_cuda_set_attn_wv; the default picks by block count):
-     * every case both ways */
-    for (int wv = 0; wv < 2; wv++)
+    /* decode launches take the split kernel adding values by threads or by warps, or the staged kernel
+     * (gm_cuda_set_attn_decode; the default picks by batch and block count): every case each way; the staged
+     * kernel a second time with one block per SM asked for (gm_cuda_set_attn_fill(1): one split where a batch has
+     * many groups, the unmerged output path) */
+    for (int mode = 0; mode < 4; mode++)
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
         for (int kt = 0; kt < 2; kt++)
             for (int variant = 0; variant < 7; variant++) {
-                gm_cuda_set_attn_wv(wv);
+                gm_cuda_set_attn_decode(mode < 3 ? mode : 2);
+                gm_cuda_set_attn_fill(mode == 3 ? 1 : 0);
                 /* 0: decode of 2 sequences, full; 1: decode, sliding window 512 in a ring; 2: 5 consecutive tokens of
                  * one sequence, window 64; 3: 4 tokens, full, with a generous max_keys; 4: 37 consecutive tokens,
                  * full (tiles, the last one partial); 5: 37 tokens, window 64 (tiles in a ring; one split); 6: runs
@@ -677,14 +689,17 @@ static void test_attention(void **state) {
                 const attn_case c = {.n_head = heads[hi][0], .n_head_kv = heads[hi][1], .hd = heads[hi][2],
                                      .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16, .window = win[variant],
                                      .n_tokens = n_tok[variant], .same_seq = variant == 2 || variant == 4 || variant == 5,
-                                     .two_runs = variant == 6, .over_keys = variant == 3, .out_act = act};
+                                     .two_runs = variant == 6, .over_keys = variant == 3, .out_act = act,
+                                     .staged = mode >= 2};
                 run_attention(&c);
                 cases++, quantized += act != 0;
             }
-    gm_cuda_set_attn_wv(-1);
-    printf("[ cuda     ] kv_store + attention: %d cases pass (values by threads, then by warps), each launched twice "
+    gm_cuda_set_attn_decode(-1);
+    gm_cuda_set_attn_fill(0);
+    printf("[ cuda     ] kv_store + attention: %d cases pass (decode by threads, by warps, staged, staged with one block per SM), each launched twice "
            "on one scratch (cache bytes exact; output tolerance 5e-5; second launch identical); %d with a quantized "
-           "output, bytes equal to gm_cuda_quantize_act's\n", cases, quantized);
+           "output, bytes equal to gm_cuda_quantize_act's; the staged kernel's largest error %.2g\n", cases, quantized,
+           g_staged_max_err);
 }
 
 
@@ -1513,8 +1528,12 @@ static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window,
 static void test_attn_prep_fused(void **state) {
     (void)state;
     int cases = 0;
+    /* the fused preparation is attn_split_kernel's: its own launch is followed by the same kernel (values by threads,
+     * then by warps), not the staged one the default would pick */
+    for (int mode = 0; mode < 2; mode++)
     for (int D = 128; D <= 512; D *= 2)
         for (int variant = 0; variant < 6; variant++) {
+            gm_cuda_set_attn_decode(mode);
             const int G = variant < 2 ? 4 : variant < 4 ? 2 : variant == 4 ? 8 : 1;
             const int hkv = G == 8 ? 1 : 2;
             run_attn_prep_fused(D, G * hkv, hkv, variant % 3 == 2 ? GM_TYPE_F32 : GM_TYPE_F16,
@@ -1522,8 +1541,9 @@ static void test_attn_prep_fused(void **state) {
                                 variant == 0 ? GM_TYPE_Q8_0 : variant == 5 && D >= 256 ? GM_TYPE_Q8_K : 0);
             cases++;
         }
-    printf("[ cuda     ] attention preparation fused into decode attention: %d cases byte-identical to its own launch\n",
-           cases);
+    gm_cuda_set_attn_decode(-1);
+    printf("[ cuda     ] attention preparation fused into decode attention: %d cases byte-identical to its own launch "
+           "(values by threads, then by warps)\n", cases);
 }
 
 /* ---- top logits: each row's k best, ids and values bit-identical to the host selection (gm_top_logits_row,
