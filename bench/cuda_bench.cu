@@ -4,7 +4,10 @@
  * CUDA-graph replays (cudaEvent, after warm-up, median of 10 replays of many calls), weight GB/s and % of the
  * measured bandwidths. Weights are random bytes (never zeros), rotated over enough copies to defeat the 60 MB
  * L2. Prints a markdown table; BENCHMARKS.md records it.
- * Usage: cuda_bench [--quick] [--types q4_0,q8_0,...]   (q6_K_a16, the re-laid q6_K, only when named) */
+ * Then decode attention: one token on E4B-like layers, and batches of B sequences at depth 1024 (E4B's sliding and
+ * global layers) with each decode kernel (gm_cuda_set_attn_decode) and split fill, caches rotated over >= 256 MB.
+ * Usage: cuda_bench [--quick] [--types q4_0,q8_0,...] [--attn]   (q6_K_a16, the re-laid q6_K, only when named;
+ * --attn: bandwidth and attention only) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,11 +92,12 @@ static const type_info k_types[] = {{"q4_0", 2, 32, 18}, {"q8_0", 8, 32, 34}, {"
                                     {"f16", 1, 1, 2}, {"f32", 0, 1, 4}};
 
 int main(int argc, char **argv) {
-    bool quick = false;
+    bool quick = false, attn_only = false;
     const char *types = "q4_0,q8_0,q4_K,q5_K,q6_K,bf16,f16";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types = argv[++i];
+        else if (!strcmp(argv[i], "--attn")) attn_only = true;
     }
     const char *pa = getenv("GEMMAC_CUDA_PREFETCH_ALL"); /* as the backend: every mat-vec block hints its rows */
     if (pa && *pa) gm_cuda_set_mmv_prefetch_all(pa[0] == '1');
@@ -146,7 +150,7 @@ int main(int argc, char **argv) {
     const size_t xq_bytes = gm_cuda_matmul_scratch_bytes(max_k, 8);
     CU(cudaMalloc(&xq, xq_bytes));
     for (const type_info &ti : k_types) {
-        if (!strstr(types, ti.name)) continue;
+        if (attn_only || !strstr(types, ti.name)) continue;
         for (int si = 0; si < n_shapes; si++) {
             const long K = shapes[si][0], M = shapes[si][1];
             const size_t row_bytes = (size_t)(K / ti.block) * ti.bytes;
@@ -245,6 +249,74 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %.2f | %.0f |\n", c.name, keys, us, bytes / (us * 1e-6) / 1e9);
         CU(cudaFree(kc)); CU(cudaFree(vc)); CU(cudaFree(q)); CU(cudaFree(o)); CU(cudaFree(dp)); CU(cudaFree(ds_));
         if (scr) CU(cudaFree(scr));
+    }
+    /* ---- decode attention: B sequences at depth 1024, E4B's layers, each kernel ---- */
+    printf("\n| attention, B sequences at depth 1024 (f16 KV) | B | kernel | fill | us/call (graph) | KV GB/s | %% of read BW |\n"
+           "|---|---:|---|---:|---:|---:|---:|\n");
+    struct { int D, window; const char *name; } bcfg[] = {{256, 512, "sliding 8/2, D=256, window 512"},
+                                                          {512, 0, "global 8/2, D=512"}};
+    for (auto &c : bcfg) {
+        for (int B : {1, 4, 16, 64, 256}) {
+            const int nh = 8, nkv = 2, depth = 1024, pos = depth - 1;
+            const int n_slots = c.window ? c.window : depth;
+            const int keys = c.window ? c.window : depth;
+            const size_t kv_vals = (size_t)B * n_slots * nkv * c.D;
+            const double bytes = 2.0 * B * keys * nkv * c.D * 2;
+            int copies = (int)((256ull << 20) / (2 * kv_vals * 2)) + 1;
+            if (copies > 16) copies = 16;
+            std::vector<void *> kcs(copies), vcs(copies);
+            for (int i = 0; i < copies; i++) {
+                CU(cudaMalloc(&kcs[i], kv_vals * 2)); CU(cudaMalloc(&vcs[i], kv_vals * 2));
+                fill_kernel<<<1024, 256, 0, st>>>((uint32_t *)kcs[i], kv_vals / 2, 5 + i);
+                fill_kernel<<<1024, 256, 0, st>>>((uint32_t *)vcs[i], kv_vals / 2, 50 + i);
+            }
+            float *q, *o;
+            int32_t *dp, *ds_;
+            CU(cudaMalloc(&q, sizeof(float) * B * nh * c.D)); CU(cudaMalloc(&o, sizeof(float) * B * nh * c.D));
+            CU(cudaMalloc(&dp, 4 * B)); CU(cudaMalloc(&ds_, 4 * B));
+            fill_float_kernel<<<64, 256, 0, st>>>(q, (size_t)B * nh * c.D, 9);
+            std::vector<int32_t> hp(B, pos), hs(B);
+            for (int i = 0; i < B; i++) hs[i] = i;
+            CU(cudaMemcpy(dp, hp.data(), 4 * B, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(ds_, hs.data(), 4 * B, cudaMemcpyHostToDevice));
+            struct { int mode, fill; const char *name; } kcfg[] = {
+                {-1, 0, "auto"}, {0, 0, "threads"}, {1, 0, "warps"}, {2, 0, "staged"}, {2, 3, "staged"},
+                {2, 6, "staged"}, {2, 12, "staged"}, {2, 24, "staged"}};
+            for (auto &k : kcfg) {
+                gm_cuda_set_attn_decode(k.mode);
+                gm_cuda_set_attn_fill(k.fill);
+                const size_t sb = gm_cuda_attention_scratch_bytes(B, nh, nkv, c.D, keys, 1);
+                void *scr = NULL;
+                if (sb) {
+                    CU(cudaMalloc(&scr, sb));
+                    CU(cudaMemset(scr, 0, sb));
+                }
+                const int reps = 40;
+                std::vector<gm_cuda_kv> kvs(copies);
+                std::vector<gm_cuda_attn> as(copies);
+                for (int i = 0; i < copies; i++) {
+                    kvs[i] = gm_cuda_kv{1, n_slots, c.window ? 1 : 0, nkv, c.D, kcs[i], vcs[i]};
+                    as[i] = gm_cuda_attn{&kvs[i], B, dp, ds_, nh, c.window, keys, 1, q, o};
+                }
+                cudaGraph_t g;
+                cudaGraphExec_t ge;
+                CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                for (int r = 0; r < reps; r++) CK(gm_cuda_attention(&as[r % copies], scr, sb, st));
+                CU(cudaStreamEndCapture(st, &g));
+                CU(cudaGraphInstantiate(&ge, g, 0));
+                const float us = time_ms([&] { CU(cudaGraphLaunch(ge, st)); }, st) * 1e3f / reps;
+                CU(cudaGraphExecDestroy(ge)); CU(cudaGraphDestroy(g));
+                const double gbs = bytes / (us * 1e-6) / 1e9;
+                printf("| %s | %d | %s | %d | %.2f | %.0f | %.0f%% |\n", c.name, B, k.name, k.fill, us, gbs,
+                       100.0 * gbs / bw_read);
+                fflush(stdout);
+                if (scr) CU(cudaFree(scr));
+            }
+            gm_cuda_set_attn_decode(-1);
+            gm_cuda_set_attn_fill(0);
+            for (int i = 0; i < copies; i++) { CU(cudaFree(kcs[i])); CU(cudaFree(vcs[i])); }
+            CU(cudaFree(q)); CU(cudaFree(o)); CU(cudaFree(dp)); CU(cudaFree(ds_));
+        }
     }
     CU(cudaGetLastError());
     printf("\n(copy BW = the larger of the two copy measurements, %.0f GB/s; read BW %.0f GB/s)\n", bw_ref, bw_read);
