@@ -618,7 +618,8 @@ static void run_attention(const attn_case *c) {
 
     /* the oracle: gm_ref_attention_group (f16 cache) / gm_ref_attention_group_f32. Tolerance 5e-5 absolute
      * (values in [-1, 1]; float softmax and sums in a different order). */
-    double *want = malloc(sizeof(double) * qn), *tol = malloc(sizeof(double) * qn);
+    double *want = malloc(sizeof(double) * qn), *tol = calloc(qn, sizeof(double)); /* calloc: gcc's -O3 otherwise
+                                                                                       warns of reads it cannot see written */
     const int cap = 4096;
     const void **kr = malloc(sizeof(void *) * cap), **vr = malloc(sizeof(void *) * cap);
     float *scores = malloc(sizeof(float) * G * cap), *o = malloc(sizeof(float) * G * D);
