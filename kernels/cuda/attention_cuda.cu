@@ -5,7 +5,7 @@
  * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; the last block of
  * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
  * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Decode launches (one token per
- * block, f16 cache) take the staged kernel instead: K/V tiles copied into shared memory a tile ahead, scores and
+ * block, f16 cache) take the staged kernel instead: K/V tiles copied into shared memory two tiles ahead, scores and
  * values on the tensor cores, the same splits, merge and output. Also the attention op's
  * preparation (q/k/v norms, RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq,
  * a decode step) inside the split kernel's blocks. That fusion measured slower than the launch it saves (H200,
@@ -714,7 +714,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
 /* ---- staged decode attention on the tensor cores ----
  * One token per block, as attn_split_kernel with TQ = 1 (block (split, kvh, token); f16 cache; G <= 8), for decode
  * steps: the split's keys go in tiles of KT keys whose K and V rows cp.async copies into shared memory, the next
- * tile's while the block computes on this one, so that a block always has a tile's 2·KT·D·2 bytes in flight.
+ * two tiles' while the block computes on this one, so that a block has two tiles (2 · 2·KT·D·2 bytes) in flight.
  * The products run on the tensor cores (mma m16n8k16, f16 in, f32 sums), the G query heads padded to the 8
  * columns of an n-tile. K and V are f16 already; q and the softmax weights P are f32, so each is split into two
  * f16 parts (x = hi + lo, hi = f16(x), lo = f16(x - hi): x to ~2^-22) and multiplied twice, which keeps the
@@ -727,18 +727,23 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
  *   values  Oᵀ[d][g] += Vᵀ[d][keys] · Pᵀ[keys][g]   (m = 16 dims, k = 16 keys; A = V rows by ldmatrix.trans);
  *           warp w owns dims D/4 · w .. (its accumulators rescaled by each column's alpha).
  * Then Oᵀ through shared memory into attn_split_kernel's layout (thread t: dims t·DPT ..) and attn_finish. q must
- * be finite in f16 (|q| < 65504). Tile rows sit at piece index pc ^ (j mod 8) (16-byte pieces, an XOR swizzle): each 8×8 matrix that
- * ldmatrix reads spans eight different bank groups. Shared memory ~69 KB at D = 256 and 512, G = 4: 3 blocks per SM.
+ * be finite in f16 (|q| < 65504). Tile rows sit at piece index pc ^ (j mod 8) (16-byte pieces, an XOR swizzle):
+ * each 8×8 matrix that ldmatrix reads spans eight different bank groups. Tiles of 16 keys (8 KB of K, 32 at
+ * D = 128), three stages: shared memory ~51 KB at D = 256, 4 blocks per SM; ~99 KB at D = 512, 2 blocks per SM.
+ * Measured against two stages of 16 KB K tiles (3 blocks per SM; H200, 2026-12-04): 256 sequences at depth 1024
+ * 89 -> 86 us (sliding), 319 -> 310 us (global); 16 sequences 19.8 -> 14.2 / 36.6 -> 33.8 us; three stages of
+ * 16 KB tiles (2 blocks per SM at D = 256): sliding 101 us.
  * Why (H200, 2026-12-04, BENCHMARKS.md "fifteenth session"): the same staging with f32 FMAs from shared memory
- * was issue-bound at ~1.2 instructions a cycle, ~2.2 TB/s at 256 sequences; per tile this does KT·D·8·2 / 4096
- * mma instead of ~1200 instructions a thread.
+ * read ~2.2 TB/s at 256 sequences, issue-bound by an estimate (~1200 instructions a thread per 32-key tile); a
+ * tile here issues KT·D/64 mma (both parts) for the block.
  * Cost (E4B sliding layer, 256 sequences at depth 1024, 2 KV heads, D = 256, 512 keys): K/V 268 MB -> 60 us at
  * 4.46 TB/s (the measured read bandwidth). */
-enum { STAGED_TILE_BYTES = 16384, STAGED_STAGES = 2, STAGED_MAX_G = 8 };
+enum { STAGED_TILE_BYTES = 8192, STAGED_STAGES = 3, STAGED_MAX_G = 8 };
 
 template <int D, int G>
 struct StagedShape {
-    static constexpr int KT = STAGED_TILE_BYTES / (2 * D); /* keys per tile: 64, 32, 16 at D = 128, 256, 512 */
+    /* keys per tile: STAGED_TILE_BYTES of K, at least an m-tile (32, 16, 16 at D = 128, 256, 512) */
+    static constexpr int KT = STAGED_TILE_BYTES / (2 * D) > 16 ? STAGED_TILE_BYTES / (2 * D) : 16;
     static constexpr int MT = KT / 16;                     /* m-tiles of keys in the score phase */
     static constexpr int KS = (ATT_THREADS / 32) / MT;     /* warps sharing an m-tile, each a share of the dims */
     static constexpr int KSTEPS = D / 16 / KS;             /* a warp's k-steps in the score phase (8) */
@@ -1076,8 +1081,12 @@ static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int
 }
 
 /* The staged kernel's launch: its shared memory allowed once per shape, blocks per SM from the occupancy
- * calculator; splits that give every SM two rounds of blocks (or g_attn_fill blocks when it was set), of whole
- * tiles, never more than n_splits_for's (the scratch is sized by those). */
+ * calculator. Splits of whole tiles, never more than n_splits_for's (the scratch is sized by those): when the
+ * (token, KV head) groups fit the resident blocks of one round (slots = blocks per SM · SMs), as many splits as
+ * keep every block of the launch resident at once: each block starts its loads at once and pays its start (q,
+ * positions, first tiles) and its merge once; else two rounds of blocks; or g_attn_fill blocks per SM when it was
+ * set. Measured (H200, 2026-12-04, cuda_bench --attn, fill 3 against two rounds): 64 sequences at depth 1024
+ * 34.2 -> 25.5 us (sliding, 4 splits of 128 keys), 256 sequences 85.7 -> 76.5 us (one split). */
 template <int D, int G>
 static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, cudaStream_t st) {
     using S = StagedShape<D, G>;
@@ -1090,8 +1099,9 @@ static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, cudaStream_t
     }
     const gm_cuda_kv *kv = a->kv;
     const long groups = (long)a->n_tokens * kv->n_head_kv;
-    const long target = (long)(g_attn_fill_set ? g_attn_fill : 2 * per_sm) * sm_count();
-    int s = (int)((target + groups - 1) / groups);
+    const long slots = (long)per_sm * sm_count();
+    int s = g_attn_fill_set ? (int)(((long)g_attn_fill * sm_count() + groups - 1) / groups)
+            : groups <= slots ? (int)(slots / groups) : (int)((2 * slots + groups - 1) / groups);
     s = std::min(s, std::min((a->max_keys + S::KT - 1) / S::KT, n_splits_for(a->n_tokens, kv->n_head_kv, a->max_keys, 1)));
     s = std::max(s, 1);
     const int ks = ((a->max_keys + s - 1) / s + S::KT - 1) / S::KT * S::KT; /* whole tiles */

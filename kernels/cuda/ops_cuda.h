@@ -221,9 +221,9 @@ void gm_cuda_set_mmv_prefetch_all(int on);
 /* Programmatic dependent launch (kernels start while the one before them finishes; sm_90): on by default on
  * devices that have it, unless GEMMAC_CUDA_PDL=0; 0/1 forces it, -1 goes back to that default (benchmarks). */
 void gm_cuda_set_pdl(int on);
-/* Blocks per SM the attention splits aim for (1..64; the split kernel's default 16, the staged decode kernel's two
- * rounds of its occupancy; anything else: back to those defaults). Process-wide; GEMMAC_CUDA_ATTN_FILL sets it when
- * a CUDA backend is created. For benchmarks and tests. */
+/* Blocks per SM the attention splits aim for (1..64; anything else: back to the defaults, the split kernel's 16 and
+ * the staged decode kernel's rule: one round of resident blocks when the batch fits it, else two). Process-wide;
+ * GEMMAC_CUDA_ATTN_FILL sets it when a CUDA backend is created. For benchmarks and tests. */
 void gm_cuda_set_attn_fill(int blocks_per_sm);
 /* The decode attention's kernel (one token per block): 0 the split kernel adding values by threads, 1 by warps
  * (16-byte loads, a chunk's rows in flight), 2 the staged kernel (K/V tiles copied into shared memory ahead of use,
