@@ -20,8 +20,8 @@
  * Measured (H200, 2026-12-01, BENCHMARKS.md): one query token per block with a thread per key took 295 us per
  * E4B layer at pp512; tiles took it to 98 us (pp512 16.4k -> 21.0k t/s). Decode with four threads per key (a
  * key row in one round trip): 8.5 us per sliding layer at short context (PDL off), 102 us at 256 sequences x
- * 1024 keys (~2.6 TB/s of K/V); the staged kernel (2026-12-04): 7.8 / 12.4 us for one sequence's sliding / global
- * layer at depth 1024, 89 / 316 us at 256 sequences (3.0 / 3.4 TB/s). Head sizes and groupings the split kernel is
+ * 1024 keys (~2.6 TB/s of K/V); the staged kernel (2026-12-04): 8.2 / 11.8 us for one sequence's sliding / global
+ * layer at depth 1024, 25.5 / 84.6 us at 64 sequences, 76 / 309 us at 256 (3.5 TB/s of K/V). Head sizes and groupings the split kernel is
  * not built for go to a simple one-warp-per-head kernel (the tiny models of the transformers fixtures). */
 #include <math.h>
 
