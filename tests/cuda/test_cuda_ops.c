@@ -493,9 +493,16 @@ static void test_gelu_softcap(void **state) {
     gm_ref_softcap(u, n, 30.0f);
     for (int64_t i = 0; i < n; i++) want[i] = u[i], tol[i] = 1e-5 * fabs(u[i]) + 1e-6;
     expect_close("softcap", o, want, tol, (size_t)n);
+    /* again from one float past a 16-byte boundary (values before it and after the last float4 one by one) */
+    CU(cudaMemcpy(dg, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+    CK(gm_cuda_softcap(dg + 1, n - 1, 30.0f, NULL));
+    dev_download(o, dg, sizeof(float) * n);
+    want[0] = g[0], tol[0] = 0;
+    expect_close("softcap (unaligned)", o, want, tol, (size_t)n);
     free(g), free(u), free(o), free(want), free(tol);
     CU(cudaFree(dg)); CU(cudaFree(du));
-    printf("[ cuda     ] gelu_mul, softcap: pass on %lld values (tolerance 1e-5 relative)\n", (long long)n);
+    printf("[ cuda     ] gelu_mul, softcap (aligned and not): pass on %lld values (tolerance 1e-5 relative)\n",
+           (long long)n);
 }
 
 /* ---- KV store + attention ---- */
