@@ -774,8 +774,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     extern __shared__ __align__(16) unsigned char staged_smem[];
     __half *k_s = (__half *)staged_smem; /* [NST][KT][D], then V the same */
     __half *v_s = k_s + (size_t)NST * KT * D;
-    /* q's parts [2][8][D] in the last stage's K rows, which the first tile's loads leave alone: read into
-     * registers before the loop, whose first barrier comes before that stage's loads */
+    /* q's parts [2][8][D] in the last stage's K rows, which the loads before the loop (tiles 0 .. NST - 2) leave
+     * alone: read into registers before the loop, whose first barrier comes before that stage's loads */
     __half(*q_h)[8][D] = (__half(*)[8][D])(k_s + (size_t)(NST - 1) * KT * D);
     float(*s_part)[KT][8] = (float(*)[KT][8])(staged_smem + S::KV_BYTES);                   /* [KS][KT][8] */
     __half(*p_h)[8][PH] = (__half(*)[8][PH])(staged_smem + S::KV_BYTES + S::SP_BYTES);      /* [2][8][PH] */
