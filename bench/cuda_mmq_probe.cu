@@ -1,11 +1,12 @@
 /* cuda_mmq_probe.cu: one projection of a batched decoding step on Gemma 4 E4B shapes (the PLE gate, o_proj, a QKV-sized
- * matrix, the GeGLU, down) at q4_0 and n = 16 / 64 / 128 / 256 columns, through each tensor-core path: cuBLAS (the
- * activations converted to f16, cuBLAS on f16 copies of the weights made once, the epilogue launch), the f16 kernel
- * of qgemm_cuda.cu on the q4_0 blocks (the same f16 activations + the kernel), and the int8 kernel of mmq_cuda.cu
- * (q8_0 activation preparation + the kernel, 32 rows per block).
+ * matrix, the GeGLU, down) at q4_0 (re-laid as the backend uploads it: GMC_Q4_0_G8) and n = 16 / 32 / 64 / 128 / 256
+ * columns, through each tensor-core path: cuBLAS (the activations converted to f16, cuBLAS on f16 copies of the
+ * weights made once, the epilogue launch) and the f16 kernel of qgemm_cuda.cu on the q4_0 blocks (the same f16
+ * activations + the kernel, epilogue inside) with blocks of up to 64 columns and of up to 32 (warps of 16 rows).
  * Time per product: cudaEvent over 100 back-to-back calls after 5 warm-ups (no graph, no PDL: each call's launches
  * are separate). Weights are constant bytes (timing only). Prints one line per product and path; BENCHMARKS.md
- * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] cuda_mmq_probe */
+ * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] cuda_mmq_probe [shape n] (one product only: shape 0-4 as listed,
+ * e.g. for a profiler) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@ struct Ctx {
     void *cublas;
     gm_cuda_multi m;
     gm_cuda_act_in in;
-    void *scratch, *xq;
+    void *scratch;
     size_t scratch_bytes;
     int n;
 };
@@ -27,10 +28,6 @@ static void die(const char *what) {
 }
 static void run_f16(Ctx *c) {
     if (gm_cuda_gemm_multi(c->cublas, &c->m, &c->in, c->scratch, c->scratch_bytes, NULL)) die("gemm_multi");
-}
-static void run_int8(Ctx *c) {
-    if (gm_cuda_prepare_act(&c->in, 8 /* q8_0 */, c->xq, NULL) || gm_cuda_matmul_multi(&c->m, c->xq, c->n, NULL))
-        die("mmq");
 }
 static float time_us(void (*f)(Ctx *), Ctx *c) {
     cudaEvent_t e0, e1;
@@ -47,24 +44,27 @@ static float time_us(void (*f)(Ctx *), Ctx *c) {
     return ms * 1000.0f / R;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     static const struct { const char *name; int K, M, n_w, epi; } shapes[] = {
         {"PLE gate 256 x 2560, gelu-mul", 2560, 256, 1, GM_CUDA_EPI_GELU_MUL},
         {"o_proj 2560 x 2048", 2048, 2560, 1, GM_CUDA_EPI_STORE},
         {"3072 x 2560 (QKV-sized)", 2560, 3072, 1, GM_CUDA_EPI_STORE},
         {"GeGLU 2 x 10240 x 2560", 2560, 10240, 2, GM_CUDA_EPI_GEGLU},
         {"down 2560 x 10240", 10240, 2560, 1, GM_CUDA_EPI_STORE}};
-    static const int ns[] = {16, 64, 128, 256};
+    static const int ns[] = {16, 32, 64, 128, 256};
     void *cublas = NULL, *ws = NULL;
     const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* as the backend reads it */
     if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     if (cudaMalloc(&ws, 32 << 20) != cudaSuccess || gm_cuda_gemm_create(&cublas, ws, 32 << 20)) die("setup");
-    printf("| product (q4_0) | n | f16 weights + cuBLAS us | qgemm (q4_0 blocks, f16 mma) us | int8, 32 rows us |\n"
-           "|---|---:|---:|---:|---:|\n");
+    printf("| product (q4_0) | n | f16 weights + cuBLAS us | qgemm, 64-column blocks us | qgemm, 32-column blocks us | q4_0 GB/s (best qgemm) |\n"
+           "|---|---:|---:|---:|---:|---:|\n");
+    const int only_shape = argc > 2 ? atoi(argv[1]) : -1, only_n = argc > 2 ? atoi(argv[2]) : 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            if (only_shape >= 0 && ((int)si != only_shape || ns[ni] != only_n)) continue;
             const int K = shapes[si].K, M = shapes[si].M, n = ns[ni];
-            const size_t rb = (size_t)K / 32 * 18;
+            const int32_t type = gm_cuda_device_type(2 /* q4_0 */);
+            const size_t rb = gm_cuda_device_row_bytes(type, K);
             Ctx c = {};
             c.cublas = cublas, c.n = n;
             float *y, *mul, *x;
@@ -75,7 +75,7 @@ int main(void) {
             for (int i = 0; i < c.m.n_w; i++) {
                 void *w = NULL, *f16 = NULL;
                 cudaMalloc(&w, rb * M), cudaMemset(w, 0x11, rb * M);
-                c.m.w[i] = (gm_cuda_mat){.type = 2 /* q4_0 */, .ne0 = K, .ne1 = M, .row_bytes = rb, .data = w};
+                c.m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = M, .row_bytes = rb, .data = w};
                 cudaMalloc(&f16, (size_t)K * M * 2);
                 if (gm_cuda_gemm_weights_f16(&c.m.w[i], f16, NULL)) die("f16 copy");
                 c.m.w[i].f16 = f16;
@@ -87,16 +87,17 @@ int main(void) {
             gm_cuda_set_qgemm_max_n(0);
             const size_t sb = gm_cuda_gemm_scratch_bytes(&c.m, n);
             if (sb > c.scratch_bytes) c.scratch_bytes = sb;
-            cudaMalloc(&c.scratch, c.scratch_bytes), cudaMalloc(&c.xq, gm_cuda_matmul_scratch_bytes(K, n));
+            cudaMalloc(&c.scratch, c.scratch_bytes);
             const float t16 = time_us(run_f16, &c);
             gm_cuda_set_qgemm_max_n(256);
-            const float tq = time_us(run_f16, &c);
-            gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_mmq_max_n(256), gm_cuda_set_mmq_rows(32);
-            const float t8 = time_us(run_int8, &c);
-            gm_cuda_set_mmq_max_n(-1), gm_cuda_set_mmq_rows(-1);
-            printf("| %s | %d | %.1f | %.1f | %.1f |\n", shapes[si].name, n, t16, tq, t8);
+            const float tq16 = time_us(run_f16, &c);
+            gm_cuda_set_qgemm_block_cols(32);
+            const float tq32 = time_us(run_f16, &c);
+            gm_cuda_set_qgemm_block_cols(0), gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_mmq_max_n(-1);
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.0f |\n", shapes[si].name, n, t16, tq16, tq32,
+                   (double)rb * M * c.m.n_w / ((tq16 < tq32 ? tq16 : tq32) * 1e3));
             for (int i = 0; i < c.m.n_w; i++) cudaFree((void *)c.m.w[i].data), cudaFree((void *)c.m.w[i].f16);
-            cudaFree(y), cudaFree(mul), cudaFree(x), cudaFree(c.scratch), cudaFree(c.xq);
+            cudaFree(y), cudaFree(mul), cudaFree(x), cudaFree(c.scratch);
         }
     gm_cuda_gemm_destroy(cublas);
     cudaFree(ws);

@@ -1326,6 +1326,10 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (qm && *qm) gm_cuda_set_qgemm_max_n(atoi(qm));
     const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* most blocks such a product's K is split over */
     if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
+    const char *qw = getenv("GEMMAC_CUDA_QGEMM_WARP_ROWS"); /* rows a warp of such a product takes: 16 or 32 */
+    if (qw && *qw) gm_cuda_set_qgemm_warp_rows(atoi(qw));
+    const char *qc = getenv("GEMMAC_CUDA_QGEMM_BLOCK_COLS"); /* columns a block of such a product takes at most */
+    if (qc && *qc) gm_cuda_set_qgemm_block_cols(atoi(qc));
     const char *mr = getenv("GEMMAC_CUDA_MMQ_ROWS"); /* rows per block of that path: 32 or 64 */
     if (mr && *mr) gm_cuda_set_mmq_rows(atoi(mr));
     const char *af = getenv("GEMMAC_CUDA_ATTN_FILL"); /* attention blocks per SM */

@@ -323,8 +323,8 @@ __global__ void softcap_kernel(float *z, int64_t n, float c) {
 extern "C" int gm_cuda_softcap(float *z, int64_t n, float c, gm_cuda_stream stream) {
     if (!z || n < 0 || !(c > 0)) return gmc_fail(-1, "softcap: bad arguments");
     if (n == 0) return 0;
-    const int64_t blocks = (n / 4 + SOFTCAP_THREADS - 1) / SOFTCAP_THREADS;
-    gmc_launch(softcap_kernel, (unsigned)(blocks < 1 ? 1 : blocks > SOFTCAP_MAX_BLOCKS ? SOFTCAP_MAX_BLOCKS : blocks),
+    const int64_t max_blocks = SOFTCAP_MAX_BLOCKS, blocks = (n / 4 + SOFTCAP_THREADS - 1) / SOFTCAP_THREADS;
+    gmc_launch(softcap_kernel, (unsigned)(blocks < 1 ? 1 : blocks > max_blocks ? max_blocks : blocks),
                SOFTCAP_THREADS, 0, stream, z, n, c);
     return gmc_check_launch("softcap");
 }

@@ -185,17 +185,23 @@ size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
                        size_t scratch_bytes, gm_cuda_stream stream);
 /* The q4_0 part of that path (qgemm_cuda.cu), taken by gm_cuda_gemm_multi for GM_CUDA_GEMM_MIN_N ..
- * gm_cuda_set_qgemm_max_n columns of q4_0 matrices (K a multiple of 128, rows at 8-byte boundaries): the blocks
- * dequantized in registers into f16 tensor-core products, m's epilogue in the same launch. xh / col_scale:
- * gm_cuda_prepare_act_f16's (xh 16-byte aligned). Products of few rows split K over the blocks of a cluster. */
+ * gm_cuda_set_qgemm_max_n columns of re-laid q4_0 matrices (GMC_Q4_0_G8, K a multiple of 128, rows at 16-byte
+ * boundaries): the blocks dequantized in registers into f16 tensor-core products, m's epilogue in the same launch.
+ * xh / col_scale: gm_cuda_prepare_act_f16's (xh 16-byte aligned). Products of few rows split K over the blocks of
+ * a cluster. */
 int gm_cuda_qgemm_eligible(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float *col_scale, int32_t n, gm_cuda_stream stream);
-/* Largest batch for it (beyond: cuBLAS; -1: the default, 0 = off, as it is still slower than cuBLAS on f16 copies:
- * qgemm_cuda.cu). Process-wide; GEMMAC_CUDA_QGEMM_MAX_N sets it when a CUDA backend is created. */
+/* Largest batch for it (beyond: cuBLAS; -1: the default, 32; 0 = off). Process-wide; GEMMAC_CUDA_QGEMM_MAX_N sets
+ * it when a CUDA backend is created. */
 void gm_cuda_set_qgemm_max_n(int n);
 /* Most blocks a product's K is split over (1: none; anything outside 1..8: the default, 8). For tests and
  * benchmarks; GEMMAC_CUDA_QGEMM_SPLITS. */
 void gm_cuda_set_qgemm_splits(int max_splits);
+/* Rows a warp of it takes: 16 (one m16 tile; 8 warps a block) or 32 (two; 4 warps); anything else: the default,
+ * 16. Columns a block takes at most: 16, 32 or 64; anything else: the default, 64. For tests and benchmarks;
+ * GEMMAC_CUDA_QGEMM_WARP_ROWS, GEMMAC_CUDA_QGEMM_BLOCK_COLS. */
+void gm_cuda_set_qgemm_warp_rows(int rows);
+void gm_cuda_set_qgemm_block_cols(int cols);
 int gm_cuda_gemm_create(void **cublas, void *workspace, size_t workspace_bytes);
 /* y[n][ne1] = x[n][ne0] · Wᵀ for f32 weights in f32 (cublasSgemm; no TF32, so as exact as the mat-vec up to the
  * order of the sums): f32 matrices over n >= GM_CUDA_GEMM_MIN_N columns, e.g. a GGUF's MoE router in a prefill,

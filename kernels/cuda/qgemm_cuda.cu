@@ -1,74 +1,78 @@
-/* qgemm_cuda.cu: y[n][M] = x[n][K] · Wᵀ for q4_0 weights and GM_CUDA_GEMM_MIN_N .. gm_cuda_set_qgemm_max_n
- * columns on the f16 tensor cores, the weights dequantized in registers straight from their GGUF blocks (no f16
- * copy read, none needed): a batched-decoding path, off by default. Owns the kernel, its split of K over blocks
- * and its knobs.
+/* qgemm_cuda.cu: y[n][M] = x[n][K] · Wᵀ for q4_0 weights in their device layout (GMC_Q4_0_G8) and
+ * GM_CUDA_GEMM_MIN_N .. gm_cuda_set_qgemm_max_n columns on the f16 tensor cores, the weights dequantized in
+ * registers straight from their blocks (no f16 copy read, none needed), m's epilogue in the same launch: the
+ * batched-decoding path for 16-64 sequences. Owns the kernel, its split of K over blocks and its knobs.
  * Leaves to others: the activations (gm_cuda_prepare_act_f16: f16 [n][K] with a power-of-two scale per column,
  * as for cuBLAS), which batches come here (gemm_cuda.cu's gm_cuda_gemm_multi), longer batches (cuBLAS on f16).
  *
- * Why: at 64 sequences the cuBLAS path reads the f16 copies of the weights (E4B: 9.2 GB a step, ~2.1 ms at
- * 4.3 TB/s) and writes f32 products that an epilogue launch reads back; the q4_0 blocks are 2.6 GB. The seventh
- * session's int8 kernel (mmq_cuda.cu) read the blocks but was issue-bound at ~6 instructions per mma (a warp over one
- * 16-row tile: every mma paid its own B loads and block scaling). Here a warp owns 32 rows × up to 64 columns
- * (register blocking: one dequantized A fragment serves 8 n-tiles, one B load 2 m-tiles) and the block scales are
- * applied once to the f16 weights, not to every product.
+ * Why: at 16-64 sequences the cuBLAS path reads the f16 copies of the weights (E4B: 9.2 GB a step, ~2.1 ms at
+ * 4.3 TB/s) and writes f32 products that an epilogue launch reads back; the q4_0 blocks are 2.6 GB. The twelfth
+ * session's kernel read the GGUF blocks through shared memory (72-byte rows, a funnel shift per word, two warps per
+ * 32 rows) and issued ~8 instructions per mma at 0.35 a scheduler cycle: slower than cuBLAS (BENCHMARKS.md).
  *
- * Layout: mma.m16n8k16 (f16 × f16 -> f32). Within a q4_0 block the order of k does not matter as long as A and B
- * agree, so lane (g, t) takes physical k = 4t..4t+3 for its fragment's logical k pairs (2t, 2t+1) and (2t+8, 2t+9):
- * the low nibbles of qs[4t..4t+3] are one k16 step, the high nibbles the next, and the lane's B fragment for a step
- * is one 8-byte load of x[col][4t..4t+3] (16 + 4t.. for the high step). Dequantizing a word of 8 nibbles: two masks,
- * four byte permutes into f16 1024 + q, four subtractions of 1032 (exact) and four multiplications by d: the f16
- * weights are the dequantized values rounded once, as gemm_weights_f16 makes them.
+ * This one (sixteenth session): a warp owns 16 rows (one m16 tile; 8 warps a block of 128 rows) or 32 (two; 4
+ * warps: gm_cuda_set_qgemm_warp_rows) × all the block's columns (NT n8 tiles, 16-64 columns), and each of a row's
+ * lanes t = 0..3 takes a whole q4_0 block of a 128-value chunk: the 16 quant bytes of block 4c + t of rows g and
+ * g + 8 are one aligned 16-byte load each from the re-laid rows (a G8 group is two chunks), its scale one 2-byte
+ * load, straight into registers, P chunks ahead (no shared memory, no barrier for the weights). Within a k16 step
+ * the order of k is free as long as A and B agree: lane t's four logical k of step (jw, hh) are physical k
+ * 32t + 16hh + 4p .. + 3 of the chunk, p = jw ^ (t & 1) (word p of its block: the low nibbles for hh = 0, the high
+ * for 1), so an A pair is a masked word byte-permuted under 0x64 into f16 1024 + q, a subtraction of 1032 and a
+ * multiplication by d (the value rounded once, as the f16 copies hold it), and the lane's B fragment one 8-byte
+ * load of x[col][that k]. The activations go through shared memory by cp.async, QG_STAGES chunks in flight, one
+ * barrier a chunk: columns 288 bytes apart, 16-byte units 8-15 of a column stored pairwise swapped, which with the
+ * p above makes each half warp's 8-byte B loads hit 16 different bank pairs (checked exhaustively when it was
+ * chosen). Products of few row blocks split K over the blocks of a cluster (sm_90, up to 8): each keeps its
+ * partial tile in shared memory and, after a cluster barrier, adds up its share of the tile's outputs from all of
+ * them (distributed shared memory, in rank order: deterministic) and applies the epilogue: the column scale, the
+ * segments, GeGLU or gelu·mul.
  *
- * Block: 8 warps over 128 rows (GeGLU: 64 gate rows, then the same 64 up rows, so the epilogue pairs them in the
- * block) × 64 columns: warps w and w + 4 share rows 32w .. 32w + 31 and take blocks 0-1 and 2-3 of each K chunk of
- * 128 values (four q4_0 blocks; their sums added in a fixed order at the end). A chunk's weights (72 bytes a row: an
- * odd block's nibbles are 4-byte aligned, an even block's two words shifted) and activations go into a shared
- * memory stage by cp.async, QG_STAGES chunks in flight, one barrier a chunk. Products of few row blocks (o_proj,
- * down: 20 blocks of 128 rows for 132 SMs) split K over the blocks of a cluster (sm_90, up to 8): each keeps its
- * partial tile in shared memory, and after a cluster barrier each block adds up its share of the tile's
- * outputs from all of them (distributed shared memory, in rank order: deterministic) and applies the epilogue: the
- * column scale, the segments, GeGLU or gelu·mul.
- *
- * Predicted (E4B q4_0, 64 columns, one layer's products): 52 MB of blocks (~13 us at 4 TB/s); 11.9 GFLOP, ~0.73M
- * mma at ~3.6 instructions each: ~6 us of issue at 2 per SM cycle; ~20-25 us per layer against ~100 for the cuBLAS
- * path. Measured (H200, 2026-12-03, BENCHMARKS.md "twelfth session"): correct, but slower than cuBLAS on f16 copies
- * (GeGLU 20480 × 2560 at 64 columns 50 us a call against 43; E4B 64 sequences 5.8k t/s against 7.6k). Nsight
- * Compute (the GeGLU): 8 instructions per mma, 0.35 issued per scheduler cycle with 3.6 warps resident and 0.6
- * eligible (latency-bound), and 1.2 waves of blocks (a split count chosen by whole waves measured slower). On the
- * way (each in the raw log): partial tiles handed over through global memory to the tile's last block (a serial
- * sum: 45-110 us a product); weight words loaded into registers one chunk ahead (too little in flight: down at 1
- * split 62 GB/s); 4 warps of 32 rows, chunks of 64 values. What it would take: Marlin's shape (weights repacked at upload so one 16-byte load holds a lane's
- * fragments for several mma, a 2-instruction dequantization, B by ldmatrix, fragments double-buffered across the
- * barrier). Off by default (gm_cuda_set_qgemm_max_n, GEMMAC_CUDA_QGEMM_MAX_N). */
+ * Per k16 step a warp issues, per m-tile, 2·(1 mask + 2 permutes + 2 subtractions + 2 multiplications) for A, one
+ * 8-byte shared load per n-tile for B and MT·NT mma. Predicted (E4B q4_0, H200): GeGLU 2 × 10240 × 2560 at 16
+ * columns ~10-12 us (29.5 MB of blocks at ~3 TB/s) against ~39 us through cuBLAS on f16 copies; at 64 columns
+ * ~13-15 us against ~32-43. Measured (bench/cuda_mmq_probe, each call with its activation preparation, no graph;
+ * BENCHMARKS.md "sixteenth session"): GeGLU at 16 columns 21 us against 38 (1.4 TB/s of blocks), at 32 26 against
+ * 40, at 64 42 against 44; the small products at 16 columns 8-10 us against 14; E4B batched decoding at depth
+ * 1024: 16 sequences +21%, 32 +4%, 64 -25% (cuBLAS keeps those: the default largest batch is 32). Nsight Compute
+ * (first version, 4 warps of 32 rows): 0.36-0.42 instructions issued per scheduler cycle with 2.4 warps resident
+ * (the grid is 320 blocks), stalls mostly on the weight loads (long scoreboard), ~580 instructions per warp and
+ * chunk at 16 columns where ~330 were counted: selector registers for the byte permutes and 64-bit addressing,
+ * since removed. */
 #include <cooperative_groups.h>
 #include <math.h>
 
 #include "common_cuda.cuh"
 
 enum {
-    QG_ROW_WARPS = 4, QG_WARPS = 2 * QG_ROW_WARPS, /* two warps per 32 rows: one for each q4_0 block of a chunk */
-    QG_MT = 2 /* m-tiles (16 rows) per warp */, QG_BM = QG_ROW_WARPS * 16 * QG_MT, QG_BN = 64,
-    QG_MIN_RESIDENT = 2,     /* blocks per SM the registers must allow */
-    QG_KC = 128,             /* values per K chunk: four q4_0 blocks */
-    QG_CHUNK_BYTES = 72,     /* a chunk of one row */
-    QG_WS = 80,              /* bytes per row of a stage's weights: 20 words, so the 8 rows × 4 lanes of a
-                                fragment load hit different banks */
-    QG_XS = QG_KC + 16,      /* halves per column of a stage's activations: 288 bytes, so a B load's 8 columns ×
-                                4 lanes hit different banks in each half warp */
-    QG_X_BYTES = QG_BN * QG_XS * 2, QG_STAGE_BYTES = QG_X_BYTES + QG_BM * QG_WS, /* 18432 + 10240 */
-    QG_STAGES = 3, QG_TS = QG_BM + 4, /* floats per column of the output tile */
+    QG_BM = 128,             /* rows per block: 8 warps of one m16 tile each, or 4 of two (QgShape) */
+    QG_MAX_NT = 8, QG_BN = 8 * QG_MAX_NT, /* at most 64 columns a block: 8 n-tiles */
+    QG_MAX_THREADS = 256,
+    QG_KC = 128,             /* values per K chunk: four q4_0 blocks, half a G8 group */
+    QG_XS = QG_KC + 16,      /* halves per column of a stage's activations: 288 bytes (see the swizzle above) */
+    QG_STAGES = 4, QG_TS = QG_BM + 4, /* floats per column of the output tile */
     QG_MIN_BLOCKS = 264,     /* split K until a product has this many blocks (2 per SM) */
     QG_MAX_SPLITS = 8,       /* ... in at most this many: the blocks of a tile are one cluster (portable size) */
     QG_MIN_CHUNKS = 2,       /* ... but give each split at least this many chunks */
     QG_EPI_UNROLL = 4,
-    QG_MAX_N_DEFAULT = 0     /* off: slower than cuBLAS on f16 copies (above) */
+    QG_MAX_N_DEFAULT = 32
 };
-static_assert(QG_STAGES * QG_STAGE_BYTES >= QG_BN * QG_TS * 4, "the output tile reuses the stages' memory");
-static_assert(QG_BM * 2 == QG_WARPS * 32, "two threads copy a weight row");
+static_assert(2 * (QG_KC / 2) == Q4_0_G8_BYTES - 16, "a chunk is half a G8 group's quant bytes");
 
-static int g_qgemm_max_n = QG_MAX_N_DEFAULT, g_qgemm_max_splits = QG_MAX_SPLITS;
+/* Shared memory of a block of NT n-tiles: the activation stages, reused for the output tile at the end. */
+template <int NT>
+static constexpr size_t qg_smem_bytes() {
+    return (size_t)QG_STAGES * 8 * NT * QG_XS * 2 > (size_t)8 * NT * QG_TS * 4 ? (size_t)QG_STAGES * 8 * NT * QG_XS * 2
+                                                                                  : (size_t)8 * NT * QG_TS * 4;
+}
+
+static int g_qgemm_max_n = QG_MAX_N_DEFAULT, g_qgemm_max_splits = QG_MAX_SPLITS, g_qgemm_warp_rows = 0,
+           g_qgemm_block_cols = 0;
 
 extern "C" void gm_cuda_set_qgemm_max_n(int n) { g_qgemm_max_n = n >= 0 ? n : QG_MAX_N_DEFAULT; }
+extern "C" void gm_cuda_set_qgemm_warp_rows(int rows) { g_qgemm_warp_rows = rows == 16 || rows == 32 ? rows : 0; }
+extern "C" void gm_cuda_set_qgemm_block_cols(int cols) {
+    g_qgemm_block_cols = cols == 16 || cols == 32 || cols == 64 ? cols : 0;
+}
 extern "C" void gm_cuda_set_qgemm_splits(int max_splits) {
     g_qgemm_max_splits = max_splits >= 1 && max_splits <= QG_MAX_SPLITS ? max_splits : QG_MAX_SPLITS;
 }
@@ -100,15 +104,14 @@ __device__ __forceinline__ bool qg_row(const QgArgs &a, int rb, int i, int &seg,
     return v < a.m_end[a.n_seg - 1];
 }
 
-/* Two q4_0 values (the nibbles in bytes 0 and 1, or 2 and 3, of t: sel 0x4140 or 0x4342) as f16 d·(q − 8). */
-__device__ __forceinline__ uint32_t q4_pair(uint32_t t, uint32_t sel, __half2 d2, __half2 k1032) {
-    const uint32_t biased = __byte_perm(t, 0x64u, sel); /* f16 1024 + q in each half */
+/* A pair of f16 1024 + q (q: two q4_0 values) as f16 d·(q − 8): the subtraction is exact, the product rounded once. */
+__device__ __forceinline__ uint32_t q4_pair(uint32_t biased, __half2 d2, __half2 k1032) {
     const __half2 v = __hmul2(__hsub2(*(const __half2 *)&biased, k1032), d2);
     return *(const uint32_t *)&v;
 }
 
 /* Outputs e0 .. e1 - 1 of the tile (column-major over its output rows: all of them, or the 64 gate rows of a GeGLU)
- * from the partial tiles part[0 .. gridDim.z - 1] (shared memory, [QG_BN][QG_TS]; NP >= gridDim.z; added in that
+ * from the partial tiles part[0 .. gridDim.z - 1] (shared memory, [8·NT][QG_TS]; NP >= gridDim.z; added in that
  * order): as gemm_cuda.cu's epilogue, the column's scale first. QG_EPI_UNROLL outputs a thread at once, so their
  * loads (the other blocks' shared memory, gelu·mul's factor) are in flight together. */
 template <int NP>
@@ -116,12 +119,13 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
     const bool geglu = a.epi == GM_CUDA_EPI_GEGLU;
     const int shift = geglu ? 6 : 7; /* log2 of the output rows: QG_BM / 2 or QG_BM */
     static_assert(QG_BM == 128, "the shifts above");
-    for (int base = e0 + threadIdx.x; base < e1; base += QG_EPI_UNROLL * QG_WARPS * 32) {
+    const int nt = blockDim.x;
+    for (int base = e0 + threadIdx.x; base < e1; base += QG_EPI_UNROLL * nt) {
         float v[QG_EPI_UNROLL], f[QG_EPI_UNROLL];
         float *dst[QG_EPI_UNROLL];
 #pragma unroll
         for (int u = 0; u < QG_EPI_UNROLL; u++) {
-            const int i = base + u * QG_WARPS * 32, col = i >> shift, r = i & ((1 << shift) - 1);
+            const int i = base + u * nt, col = i >> shift, r = i & ((1 << shift) - 1);
             int seg;
             int64_t row;
             dst[u] = NULL;
@@ -145,123 +149,168 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
     }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(QG_WARPS * 32, QG_MIN_RESIDENT) qgemm_q4_0_kernel(const __grid_constant__ QgArgs a) {
-    extern __shared__ __align__(16) uint8_t qg_smem[]; /* QG_STAGES stages: activations, then weights */
+/* A chunk's weights for one lane: the 16 quant bytes of its block in rows g and g + 8 of each of its MT m-tiles,
+ * and the two blocks' scales (row g's in the low half). */
+template <int MT>
+struct QgW {
+    uint4 q[MT][2];
+    uint32_t d[MT];
+};
+
+/* Threads of a block of MT m-tiles a warp (128 rows), and the blocks per SM its registers must allow. */
+template <int MT>
+struct QgShape {
+    enum { WARPS = QG_BM / (16 * MT), THREADS = 32 * WARPS, MIN_BLOCKS = MT == 1 ? 3 : 2 };
+};
+
+template <int NT, int MT>
+__global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
+    qgemm_q4_0_kernel(const __grid_constant__ QgArgs a) {
+    extern __shared__ __align__(16) uint8_t qg_smem[]; /* QG_STAGES stages of activations, then the output tile */
+    constexpr int BN = 8 * NT, STAGE_BYTES = BN * QG_XS * 2, THREADS = QgShape<MT>::THREADS;
+    constexpr int P = NT * MT <= 4 ? 3 : 2; /* chunks of weights in flight */
+    constexpr int X_UNITS = BN * 16 / THREADS; /* 16-byte units of a stage each thread copies */
+    static_assert(X_UNITS >= 1 && BN * 16 % THREADS == 0, "load_x: whole units a thread");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int wr = warp % QG_ROW_WARPS, kh = warp / QG_ROW_WARPS; /* rows 32·wr.., blocks 2kh, 2kh + 1 of a chunk */
-    const int rb = blockIdx.x, n0 = blockIdx.y * QG_BN, z = blockIdx.z;
+    const int rb = blockIdx.x, n0 = blockIdx.y * BN, z = blockIdx.z;
     const int c0 = z * a.chunks_per_split, n_ch = min(a.n_chunks - c0, a.chunks_per_split);
 
-    /* what this thread copies into each stage: 8-byte pieces 0-4 (threads < QG_BM) or 5-8 of weight row
-     * threadIdx.x % QG_BM (rows past the matrices: row 0, never stored), and 16-byte piece threadIdx.x % 16 of
-     * activation columns threadIdx.x / 16 + 16u (columns past n: zeros) */
-    int seg;
-    int64_t row;
-    const int wrow = threadIdx.x % QG_BM, p0 = threadIdx.x < QG_BM ? 0 : 5, p1 = threadIdx.x < QG_BM ? 5 : 9;
-    if (!qg_row(a, rb, wrow, seg, row)) seg = 0, row = 0;
-    const uint8_t *wsrc = a.W[seg] + (uint64_t)row * a.row_bytes[seg] + (size_t)c0 * QG_CHUNK_BYTES + 8 * p0;
-    const int xcol = threadIdx.x / 16, xpiece = threadIdx.x % 16;
-    const __half *xsrc = a.xh + (size_t)(n0 + xcol) * a.K + (size_t)c0 * QG_KC + xpiece * 8;
-    const size_t xstride = (size_t)16 * a.K; /* 16 columns */
-    unsigned xin = 0; /* bit u: column xcol + 16u exists */
+    /* this lane's weight rows: m-tile mt, row g (h = 0) or g + 8 (h = 1), at the split's first chunk plus its block
+     * 16t (the scales: 128 + 2t further); rows past the matrices read row 0 of the first (never stored) */
+    const uint8_t *wrow[MT][2];
 #pragma unroll
-    for (int u = 0; u < QG_BN / 16; u++) xin |= (n0 + xcol + 16 * u < a.n) << u;
-    const uint32_t w_dst = QG_X_BYTES + wrow * QG_WS + 8 * p0, x_dst = (xcol * QG_XS + xpiece * 8) * 2;
-    auto load_stage = [&](int ch, bool weights, bool acts) {
-        uint8_t *st = qg_smem + (size_t)(ch % QG_STAGES) * QG_STAGE_BYTES;
-        if (ch < n_ch && weights) {
-            const uint8_t *src = wsrc + (size_t)ch * QG_CHUNK_BYTES;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int i = 0; i < 5; i++)
-                if (p0 + i < p1) cp_async8(st + w_dst + 8 * i, src + 8 * i, 8);
+        for (int h = 0; h < 2; h++) {
+            int seg;
+            int64_t row;
+            if (!qg_row(a, rb, warp * 16 * MT + mt * 16 + g + 8 * h, seg, row)) seg = 0, row = 0;
+            wrow[mt][h] = a.W[seg] + (uint64_t)row * a.row_bytes[seg] + (size_t)(c0 >> 1) * Q4_0_G8_BYTES + 16 * t;
         }
-        if (ch < n_ch && acts) {
-            const __half *src = xsrc + (size_t)ch * QG_KC;
+    /* chunk ch's bytes from there: its group, then 64 bytes (4 blocks) into it for an odd chunk */
+    auto w_off = [&](int ch) { return (uint32_t)(((c0 & 1) + ch) >> 1) * Q4_0_G8_BYTES + (uint32_t)(((c0 & 1) + ch) & 1) * 64; };
+    auto load_w = [&](int ch, QgW<MT> &w) {
+        if (ch >= n_ch) return;
+        const uint32_t half = ((c0 & 1) + ch) & 1, oq = w_off(ch);
 #pragma unroll
-            for (int u = 0; u < QG_BN / 16; u++) {
-                const bool in = (xin >> u) & 1;
-                cp_async16(st + x_dst + u * 16 * QG_XS * 2, in ? src + u * xstride : a.xh, in ? 16 : 0);
-            }
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) w.q[mt][h] = __ldg((const uint4 *)(wrow[mt][h] + oq));
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            /* the scale of block 4·(chunk & 1) + t: 128 + 2·that from the group, i.e. from the lane's quants
+             * (16t + 64·(chunk & 1) on) 128 - 14t - 56·(chunk & 1) further */
+            const uint32_t so = oq + 128 - 14 * (uint32_t)t - 56 * half;
+            w.d[mt] = (uint32_t)gmc_ld16(wrow[mt][0] + so) | ((uint32_t)gmc_ld16(wrow[mt][1] + so) << 16);
         }
     };
-    /* the first stages' weights before the wait (immutable), their activations after it */
+    /* the activations of chunk ch into its stage: unit u (16 bytes, k 8u .. 8u + 7) of column col at 16-byte unit
+     * u ^ (u >> 3 & 1) of the column; columns past n: zeros. Thread i copies unit i % 16 of columns i / 16 +
+     * (THREADS / 16)·v. */
+    const int x_unit = threadIdx.x & 15, x_col = threadIdx.x >> 4;
+    const uint32_t x_dst = x_col * QG_XS * 2 + 16 * (x_unit ^ ((x_unit >> 3) & 1));
+    const __half *x_src = a.xh + (size_t)(n0 + x_col) * a.K + (size_t)c0 * QG_KC + x_unit * 8;
+    unsigned x_in = 0; /* bit v: column x_col + (THREADS / 16)·v exists */
 #pragma unroll
-    for (int s = 0; s < QG_STAGES - 1; s++) load_stage(s, true, false);
+    for (int v = 0; v < X_UNITS; v++) x_in |= (unsigned)(n0 + x_col + v * (THREADS / 16) < a.n) << v;
+    const size_t x_stride = (size_t)(THREADS / 16) * a.K;
+    auto load_x = [&](int ch) {
+        if (ch >= n_ch) return;
+        uint8_t *st = qg_smem + (size_t)(ch % QG_STAGES) * STAGE_BYTES + x_dst;
+        const __half *src = x_src + (size_t)ch * QG_KC;
+#pragma unroll
+        for (int v = 0; v < X_UNITS; v++) {
+            const bool in = (x_in >> v) & 1;
+            cp_async16(st + v * (THREADS / 16) * QG_XS * 2, in ? src + v * x_stride : a.xh, in ? 16 : 0);
+        }
+    };
+
+    QgW<MT> w[P];
+    /* the first chunks' weights before the wait (immutable), the activations after it */
+#pragma unroll
+    for (int p = 0; p < P; p++) load_w(p, w[p]);
     gmc_pdl_wait();
 #pragma unroll
     for (int s = 0; s < QG_STAGES - 1; s++) {
-        load_stage(s, false, true);
-        cp_async_commit(); /* group s: stage s complete (group 0 also holds every early weight copy) */
+        load_x(s);
+        cp_async_commit(); /* group s: stage s */
     }
 
-    float acc[QG_MT][NT][4] = {};
-
+    float acc[MT][NT][4] = {};
     const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
-    for (int ch = 0; ch < n_ch; ch++) {
+    const uint32_t f16_1024 = 0x64u; /* the high byte of f16 1024, for the byte permutes below */
+    /* this lane's B offsets in a column for step (jw, hh): physical k 32t + 16hh + 4p, p = jw ^ (t & 1), stored
+     * swizzled: byte 64t + 32hh + 8·(jw ^ t) */
+    const int boff0 = g * QG_XS * 2 + 64 * t;
+    auto chunk = [&](int ch, const QgW<MT> &wc) {
         cp_async_wait<QG_STAGES - 2>();
         __syncthreads(); /* chunk ch is in; every warp is done with the stage loaded next */
-        load_stage(ch + QG_STAGES - 1, true, true);
+        load_x(ch + QG_STAGES - 1);
         cp_async_commit(); /* an empty group past the end keeps the counting uniform */
-        const uint8_t *st = qg_smem + (size_t)(ch % QG_STAGES) * QG_STAGE_BYTES;
-        const __half *xs = (const __half *)st;
-        const uint32_t *ws = (const uint32_t *)(st + QG_X_BYTES) + 9 * kh; /* blocks 2kh, 2kh + 1: 36 bytes on */
+        const uint8_t *st = qg_smem + (size_t)(ch % QG_STAGES) * STAGE_BYTES + boff0;
+        uint32_t wq[MT][2][4];
+        __half2 d2[MT][2];
+        const bool odd = t & 1; /* word jw ^ 1 at step jw */
 #pragma unroll
-        for (int kb = 0; kb < 2; kb++) {
-            uint32_t word[QG_MT][2];
-            __half2 d2[QG_MT][2];
+        for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-            for (int mt = 0; mt < QG_MT; mt++)
+            for (int h = 0; h < 2; h++) {
+                const uint4 q = wc.q[mt][h];
+                wq[mt][h][0] = odd ? q.y : q.x, wq[mt][h][1] = odd ? q.x : q.y;
+                wq[mt][h][2] = odd ? q.w : q.z, wq[mt][h][3] = odd ? q.z : q.w;
+                const uint32_t dd = __byte_perm(wc.d[mt], 0u, h ? 0x3232 : 0x1010);
+                d2[mt][h] = *(const __half2 *)&dd;
+            }
+        }
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    /* row 32·warp + 16·mt + g + 8·h: 9 words a row (conflict-free: 9g + t differ over a warp) */
-                    const uint32_t *r = ws + (wr * 16 * QG_MT + mt * 16 + g + 8 * h) * (QG_WS / 4);
-                    word[mt][h] = kb == 0 ? __funnelshift_r(r[t], r[t + 1], 16) : r[5 + t];
-                    const uint32_t dd = __byte_perm(kb == 0 ? r[0] : r[4], 0u, kb == 0 ? 0x1010 : 0x3232);
-                    d2[mt][h] = *(const __half2 *)&dd;
-                }
+        for (int jw = 0; jw < 4; jw++) {
+            const int boff = 8 * (jw ^ t);
 #pragma unroll
-            for (int step = 0; step < 2; step++) {
-                uint32_t A[QG_MT][4];
+            for (int hh = 0; hh < 2; hh++) {
+                uint32_t A[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < QG_MT; mt++) {
-                    const uint32_t t0 = (step ? word[mt][0] >> 4 : word[mt][0]) & 0x0F0F0F0Fu;
-                    const uint32_t t1 = (step ? word[mt][1] >> 4 : word[mt][1]) & 0x0F0F0F0Fu;
-                    A[mt][0] = q4_pair(t0, 0x4140, d2[mt][0], k1032);
-                    A[mt][1] = q4_pair(t1, 0x4140, d2[mt][1], k1032);
-                    A[mt][2] = q4_pair(t0, 0x4342, d2[mt][0], k1032);
-                    A[mt][3] = q4_pair(t1, 0x4342, d2[mt][1], k1032);
+                for (int mt = 0; mt < MT; mt++) {
+                    const uint32_t t0 = (hh ? wq[mt][0][jw] >> 4 : wq[mt][0][jw]) & 0x0F0F0F0Fu;
+                    const uint32_t t1 = (hh ? wq[mt][1][jw] >> 4 : wq[mt][1][jw]) & 0x0F0F0F0Fu;
+                    /* f16 1024 + q of bytes 0, 1 (selector 0x0504: t's bytes 0 and 1 under 0x64) or 2, 3 (0x0706);
+                     * the constant byte first so that the selector is the immediate operand */
+                    A[mt][0] = q4_pair(__byte_perm(f16_1024, t0, 0x0504), d2[mt][0], k1032);
+                    A[mt][1] = q4_pair(__byte_perm(f16_1024, t1, 0x0504), d2[mt][1], k1032);
+                    A[mt][2] = q4_pair(__byte_perm(f16_1024, t0, 0x0706), d2[mt][0], k1032);
+                    A[mt][3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d2[mt][1], k1032);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    const uint2 b = *(const uint2 *)(xs + (j * 8 + g) * QG_XS + (2 * kh + kb) * 32 + step * 16 + 4 * t);
+                    const uint2 b = *(const uint2 *)(st + j * 8 * QG_XS * 2 + 32 * hh + boff);
 #pragma unroll
-                    for (int mt = 0; mt < QG_MT; mt++) mma_f16(acc[mt][j], A[mt], b.x, b.y);
+                    for (int mt = 0; mt < MT; mt++) mma_f16(acc[mt][j], A[mt], b.x, b.y);
                 }
             }
         }
+    };
+    for (int ch0 = 0; ch0 < n_ch; ch0 += P) {
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            if (ch0 + p < n_ch) { /* the same for every thread of the block: the barrier inside is uniform */
+                chunk(ch0 + p, w[p]);
+                load_w(ch0 + p + P, w[p]);
+            }
     }
     cp_async_wait<0>();
     __syncthreads(); /* the stages become the output tile */
 
-    /* the tile: the odd blocks' sums, then the even blocks' added (a fixed order) */
-    float *ts = (float *)qg_smem; /* [QG_BN][QG_TS]: column-major, so the stores below go along rows */
-    for (int pass = 1; pass >= 0; pass--) {
-        if (kh == pass) {
+    float *ts = (float *)qg_smem; /* [BN][QG_TS]: column-major, so the stores below go along rows */
 #pragma unroll
-            for (int mt = 0; mt < QG_MT; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
+        for (int j = 0; j < NT; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float *o = ts + (j * 8 + 2 * t + (e & 1)) * QG_TS + wr * 16 * QG_MT + mt * 16 + g + (e >= 2 ? 8 : 0);
-                        *o = pass ? acc[mt][j][e] : acc[mt][j][e] + *o;
-                    }
-        }
-        __syncthreads();
-    }
+            for (int e = 0; e < 4; e++)
+                ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
+    __syncthreads();
 
-    const int out_rows = a.epi == GM_CUDA_EPI_GEGLU ? QG_BM / 2 : QG_BM, n_out = QG_BN * out_rows;
+    const int out_rows = a.epi == GM_CUDA_EPI_GEGLU ? QG_BM / 2 : QG_BM, n_out = BN * out_rows;
     if (gridDim.z == 1) {
         const float *own[1] = {ts};
         qg_epilogue<1>(a, rb, n0, 0, n_out, own);
@@ -301,13 +350,13 @@ static bool clusters_ok(void) {
 /* The split of K: enough blocks for two per SM of an H200 (QG_MIN_BLOCKS), at most QG_MAX_SPLITS, each split at
  * least QG_MIN_CHUNKS chunks. (Choosing the count by whole waves × chunks per split measured slower: the GeGLU at
  * 64 columns 50 -> 61 us with 3 splits instead of 2.) */
-static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n) {
+static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt) {
     QgPlan p = {};
     int64_t rows = 0;
     for (int i = 0; i < m->n_w; i++) rows += m->w[i].ne1;
     if (m->epi == GM_CUDA_EPI_GEGLU) rows = 2 * ((m->w[0].ne1 + QG_BM / 2 - 1) / (QG_BM / 2)) * (QG_BM / 2);
     p.row_blocks = (unsigned)((rows + QG_BM - 1) / QG_BM);
-    p.col_blocks = (unsigned)((n + QG_BN - 1) / QG_BN);
+    p.col_blocks = (unsigned)((n + 8 * nt - 1) / (8 * nt));
     const int n_chunks = (int)(m->w[0].ne0 / QG_KC);
     const int64_t tiles = (int64_t)p.row_blocks * p.col_blocks;
     int splits = 1;
@@ -327,23 +376,23 @@ extern "C" int gm_cuda_qgemm_eligible(const gm_cuda_multi *m, int32_t n) {
     int64_t rows = 0;
     for (int i = 0; i < m->n_w; i++) {
         const gm_cuda_mat *w = &m->w[i];
-        if (w->type != GMC_Q4_0 || w->ne0 != m->w[0].ne0 || w->ne0 % QG_KC || w->ne0 > (1 << 30) || w->ne1 < 1 ||
-            w->row_bytes % 8 || (uintptr_t)w->data % 8) /* 8-byte cp.async pieces */
+        if (w->type != GMC_Q4_0_G8 || w->ne0 != m->w[0].ne0 || w->ne0 % QG_KC || w->ne0 > (1 << 30) || w->ne1 < 1 ||
+            w->row_bytes % 16 || (uintptr_t)w->data % 16) /* 16-byte loads of a block's quants */
             return 0;
         rows += w->ne1;
     }
     return (rows + QG_BM - 1) / QG_BM <= INT32_MAX; /* the grid's x */
 }
 
-template <int NT>
+template <int NT, int MT>
 static void qg_launch(const QgPlan &p, const QgArgs &a, cudaStream_t st) {
-    constexpr size_t smem = (size_t)QG_STAGES * QG_STAGE_BYTES;
+    constexpr size_t smem = qg_smem_bytes<NT>();
     static bool opted = false;
     if (!opted) {
-        cudaFuncSetAttribute(qgemm_q4_0_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(qgemm_q4_0_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         opted = true;
     }
-    gmc_launch_cluster(qgemm_q4_0_kernel<NT>, dim3(p.row_blocks, p.col_blocks, p.splits), QG_WARPS * 32, smem, st,
+    gmc_launch_cluster(qgemm_q4_0_kernel<NT, MT>, dim3(p.row_blocks, p.col_blocks, p.splits), QgShape<MT>::THREADS, smem, st,
                        dim3(1, 1, p.splits), a);
 }
 
@@ -353,7 +402,10 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
         (m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1 || !m->y[0])) ||
         (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
         return gmc_fail(-1, "qgemm: bad arguments");
-    const QgPlan p = qg_plan(m, n);
+    /* n-tiles a block: as many as n needs, up to the block's columns (8 n-tiles unless set) */
+    const int bn = g_qgemm_block_cols ? g_qgemm_block_cols : QG_BN, need = (n < bn ? n + 7 : bn) / 8;
+    const int nt = need <= 2 ? 2 : need <= 4 ? 4 : 8;
+    const QgPlan p = qg_plan(m, n, nt);
     QgArgs a = {};
     int64_t end = 0;
     a.n_seg = m->epi == GM_CUDA_EPI_GEGLU ? 2 : m->n_w;
@@ -366,10 +418,10 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
     }
     a.epi = m->epi, a.mul = m->mul, a.xh = (const __half *)xh, a.col_scale = col_scale;
     a.K = (int)m->w[0].ne0, a.n = n, a.n_chunks = a.K / QG_KC, a.chunks_per_split = p.chunks_per_split;
-    const int nt_needed = (n < QG_BN ? n + 7 : QG_BN) / 8; /* n-tiles holding columns; past 64: all */
     const cudaStream_t st = (cudaStream_t)stream;
-    if (nt_needed <= 2) qg_launch<2>(p, a, st);
-    else if (nt_needed <= 4) qg_launch<4>(p, a, st);
-    else qg_launch<8>(p, a, st);
+    const int warp_rows = g_qgemm_warp_rows ? g_qgemm_warp_rows : 16;
+    if (nt == 2) warp_rows == 16 ? qg_launch<2, 1>(p, a, st) : qg_launch<2, 2>(p, a, st);
+    else if (nt == 4) warp_rows == 16 ? qg_launch<4, 1>(p, a, st) : qg_launch<4, 2>(p, a, st);
+    else warp_rows == 16 ? qg_launch<8, 1>(p, a, st) : qg_launch<8, 2>(p, a, st);
     return gmc_check_launch("qgemm");
 }

@@ -1168,6 +1168,8 @@ static void test_next_quant(void **state) {
  * fused rmsnorm and a column of huge values (the power-of-two column scale keeps f16 from overflowing). ---- */
 /* Which kernel run_gemm expects to take the product: 1 qgemm_cuda.cu's, 0 cuBLAS, -1 either. */
 static int g_want_qgemm = -1;
+/* run_gemm uploads the weights in their device layout (gm_cuda_relayout; q4_0 -> GMC_Q4_0_G8), as the backend does */
+static bool g_gemm_relaid = false;
 
 /* m_single > 0: one matrix of that many rows (epilogue STORE) */
 static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm, bool res, int64_t m_single) {
@@ -1180,6 +1182,16 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
         h[i] = make_mat(type, K, Ms[i], 1.0f);
         m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = Ms[i], .row_bytes = h[i].row_bytes,
                                .data = dev_upload(h[i].q, h[i].row_bytes * Ms[i])};
+        if (g_gemm_relaid) {
+            const int32_t dt = gm_cuda_device_type(type);
+            const uint64_t drow = gm_cuda_device_row_bytes(dt, K);
+            assert_int_not_equal(drow, 0);
+            uint8_t *relaid = malloc(drow * Ms[i]);
+            CK(gm_cuda_relayout(dt, K, Ms[i], h[i].q, h[i].row_bytes, relaid));
+            CU(cudaFree((void *)m.w[i].data));
+            m.w[i].type = dt, m.w[i].row_bytes = drow, m.w[i].data = dev_upload(relaid, drow * Ms[i]);
+            free(relaid);
+        }
         m.y[i] = dev_alloc(sizeof(float) * Ms[i] * n);
         dev_poison(m.y[i], sizeof(float) * Ms[i] * n);
     }
@@ -1296,22 +1308,26 @@ static void test_gemm(void **state) {
            "1.5e-3 through an epilogue)\n", cases);
 }
 
-/* ---- q4_0 batches on qgemm_cuda.cu's kernel (the blocks dequantized in registers, f16 mma): run_gemm's
- * tolerances (the same roundings as the f16 copies + cuBLAS). Cases: the three epilogues with and without the
- * fused residual + rmsnorm; K of one chunk (128: never split), of few chunks (512: at most 2 splits) and of many
- * (2560: up to 8); 16..64 columns (2, 4 or 8 n-tiles, a partial last one), 65..256 (several column blocks);
- * segments that straddle warps and blocks (100 + 37 + 64 rows), GeGLU halves of 96 rows (a partial second block),
- * a matrix of 1000 rows (8 row blocks); K split over a cluster's blocks and not split. ---- */
+/* ---- q4_0 batches (re-laid: GMC_Q4_0_G8) on qgemm_cuda.cu's kernel (the blocks dequantized in registers, f16
+ * mma): run_gemm's tolerances (the same roundings as the f16 copies + cuBLAS). Cases: the three epilogues with and
+ * without the fused residual + rmsnorm; K of one chunk (128: never split), of three (384: a G8 group and a padded
+ * half one), of four (512: at most 2 splits) and of many (2560: up to 8); 16..64 columns (2, 4 or 8 n-tiles, a
+ * partial last one), 65..256 (several column blocks); segments that straddle warps and blocks (100 + 37 + 64
+ * rows), GeGLU halves of 96 rows (a partial second block), a matrix of 1000 rows (8 row blocks); K split over a
+ * cluster's blocks and not split; warps of one m16 tile and of two; blocks of at most 64, 32 or 16 columns. ---- */
 static void test_qgemm(void **state) {
     (void)state;
     gm_cuda_set_mmq_max_n(0);
     gm_cuda_set_qgemm_max_n(256);
     g_want_qgemm = 1;
-    static const int64_t Ks[] = {128, 512, 2560};
+    g_gemm_relaid = true;
+    static const int64_t Ks[] = {128, 384, 512, 2560};
     int cases = 0;
-    for (int split = 0; split < 2; split++) {
-        gm_cuda_set_qgemm_splits(split ? -1 : 1);
-        for (int k = 0; k < 3; k++)
+    for (int split = 0; split < 4; split++) { /* K split or not, warps of 16 or 32 rows */
+        gm_cuda_set_qgemm_splits(split & 1 ? -1 : 1);
+        gm_cuda_set_qgemm_warp_rows(split & 2 ? 32 : 16);
+        gm_cuda_set_qgemm_block_cols(split == 1 ? 32 : split == 3 ? 16 : 64);
+        for (int k = 0; k < 4; k++)
             for (int epi = 0; epi < 3; epi++)
                 for (int v = 0; v < 3; v++) {
                     const int n = v == 0 ? GM_CUDA_GEMM_MIN_N + (int)urand(49) : v == 1 ? 16 : 65 + (int)urand(192);
@@ -1322,11 +1338,14 @@ static void test_qgemm(void **state) {
         run_gemm(NULL, GM_TYPE_Q4_0, 512, 256, GM_CUDA_EPI_STORE, false, true, 1000), cases++;
     }
     g_want_qgemm = -1;
+    g_gemm_relaid = false;
     gm_cuda_set_qgemm_splits(-1);
+    gm_cuda_set_qgemm_warp_rows(0);
+    gm_cuda_set_qgemm_block_cols(0);
     gm_cuda_set_qgemm_max_n(-1);
     gm_cuda_set_mmq_max_n(-1);
-    printf("[ cuda     ] q4_0 tensor-core kernel (blocks dequantized in registers, epilogues, fused residual + "
-           "rmsnorm), K split over a cluster and not: %d cases pass (1e-3 relative in norm vs the exact product, "
+    printf("[ cuda     ] q4_0 tensor-core kernel (re-laid blocks dequantized in registers, epilogues, fused residual + "
+           "rmsnorm), K split over a cluster and not, warps of 16 and 32 rows, blocks of 16-64 columns: %d cases pass (1e-3 relative in norm vs the exact product, "
            "1.5e-3 through an epilogue)\n", cases);
 }
 
