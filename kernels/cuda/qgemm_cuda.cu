@@ -37,7 +37,9 @@
  * (first version, 4 warps of 32 rows): 0.36-0.42 instructions issued per scheduler cycle with 2.4 warps resident
  * (the grid is 320 blocks), stalls mostly on the weight loads (long scoreboard), ~580 instructions per warp and
  * chunk at 16 columns where ~330 were counted: selector registers for the byte permutes and 64-bit addressing,
- * since removed. */
+ * since removed. Tried and not kept (BENCHMARKS.md): hinting the rows into L2 first, weights 1 or 6 chunks ahead
+ * (the same or slower: the weights' latency is not what binds), 8 activation stages, accumulators split by nibble
+ * step, a whole G8 group per row and lane pair of blocks (faster alone, 32 sequences 4% slower end to end). */
 #include <cooperative_groups.h>
 #include <math.h>
 
