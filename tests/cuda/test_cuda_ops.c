@@ -23,14 +23,10 @@
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
 #include "ref/ops_ref.h"
+#include "test_rng.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng_state); } /* uniform in [-1, 1) */
 static uint32_t urand(uint32_t n) { return (uint32_t)(((frand() + 1.0f) * 0.5f) * (float)n) % n; }
 
 #define CK(call)                                                                                            \

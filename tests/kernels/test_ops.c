@@ -15,14 +15,10 @@
 #include "model/backend.h"
 #include "quant/quant.h"
 #include "ref/ops_ref.h"
+#include "test_rng.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng_state); } /* uniform in [-1, 1) */
 
 static void test_rmsnorm_matches_formula(void **state) {
     (void)state;

@@ -16,14 +16,10 @@
 #include "kv/kv_cache.h"
 #include "model/backend.h"
 #include "quant/quant.h"
+#include "test_rng.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng_state); } /* uniform in [-1, 1) */
 
 static void fill(float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = scale * frand();
