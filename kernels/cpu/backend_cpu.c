@@ -7,7 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/ptrmap.h"
 #include "core/threadpool.h"
+#include "io/mmap.h"
 #include "model/backend.h"
 #include "quant/quant.h"
 #include "cpu/ops_cpu.h"
@@ -31,6 +33,7 @@ typedef struct cpu_backend {
     int32_t attn_cap;          /* keys the per-thread attention scratch can hold */
     float *attn_scores;        /* [n_threads][ATTN_MAX_GROUP][attn_cap] */
     const void **attn_rows;  /* [n_threads][2][attn_cap]: key rows then value rows */
+    gm_ptrmap packed;          /* weight data -> packed_weight: its rows packed four by four (gm_pack_rows4) */
 } cpu_backend;
 
 static cpu_backend *cpu(gm_backend *b) { return (cpu_backend *)b; }
@@ -122,6 +125,7 @@ typedef struct mm_ctx {
     float *y;
     gm_vec_dot_fn dot;
     gm_quantize_fn quantize;
+    const uint8_t *w4;         /* the weight's rows [0, M / 4 * 4) packed four by four, or NULL */
 } mm_ctx;
 
 static void mm_quantize_range(void *p, long b, long e, int ith) {
@@ -132,8 +136,11 @@ static void mm_quantize_range(void *p, long b, long e, int ith) {
 }
 
 /* Rows [b, e) of y for every token: per block of MM_ROW_BLOCK weight rows (kept in L1 while every token
- * passes), tokens four at a time through vec_dot_x4 (each weight block unpacked once for four tokens), the
- * remainder through vec_dot. x4 is bit-identical per column to vec_dot, so grouping never changes a result. */
+ * passes; blocks aligned to multiples of MM_ROW_BLOCK), tokens four at a time (fewer at the end; one when
+ * decoding): where the weight has packed rows, four rows at once through vec_dot_4xn (each activation block
+ * loaded once for the four rows, each weight block unpacked once for the tokens); other rows through vec_dot_x4
+ * (four tokens) or vec_dot. All are bit-identical per (row, column) to vec_dot, so neither grouping nor packing
+ * ever changes a result. */
 static void mm_dot_range(void *p, long b, long e, int ith) {
     (void)ith;
     mm_ctx *m = p;
@@ -141,30 +148,86 @@ static void mm_dot_range(void *p, long b, long e, int ith) {
     const uint8_t *w = m->w->data;
     const uint64_t rb = m->w->row_bytes;
     const gm_vec_dot_nc_fn dot4 = gm_cpu_kernels(m->w->type)->vec_dot_x4;
-    for (long r0 = b; r0 < e; r0 += MM_ROW_BLOCK) {
-        const long r1 = r0 + MM_ROW_BLOCK < e ? r0 + MM_ROW_BLOCK : e;
-        int32_t t = 0;
-        if (dot4)
-            for (; t + 4 <= m->n; t += 4) {
-                const uint8_t *xt = m->xq + t * m->xq_row;
-                const void *const a[4] = {xt, xt + m->xq_row, xt + 2 * m->xq_row, xt + 3 * m->xq_row};
-                float *yt = m->y + (int64_t)t * M;
-                for (long r = r0; r < r1; r++) {
+    const gm_vec_dot_4xn_fn dot4n = gm_cpu_kernels(m->w->type)->vec_dot_4xn;
+    const long m4 = m->w4 ? (long)(M / 4 * 4) : 0; /* rows [0, m4) are packed */
+    for (long r0 = b; r0 < e;) {
+        const long r1 = (r0 / MM_ROW_BLOCK + 1) * MM_ROW_BLOCK < e ? (r0 / MM_ROW_BLOCK + 1) * MM_ROW_BLOCK : e;
+        for (int32_t t = 0; t < m->n; t += 4) {
+            const int nc = m->n - t < 4 ? m->n - t : 4;
+            const uint8_t *xt = m->xq + t * m->xq_row;
+            const void *a[4];
+            for (int c = 0; c < 4; c++) a[c] = xt + (c < nc ? c : 0) * m->xq_row;
+            float *yt = m->y + (int64_t)t * M;
+            for (long r = r0; r < r1;) {
+                if (r % 4 == 0 && r + 4 <= r1 && r + 4 <= m4) {
+                    float o[16];
+                    dot4n(K, o, m->w4 + (uint64_t)r * rb, a, nc);
+                    for (int i = 0; i < 4; i++)
+                        for (int c = 0; c < nc; c++) yt[c * M + r + i] = o[4 * i + c];
+                    r += 4;
+                } else if (nc == 4 && dot4) {
                     float o[4];
                     dot4(K, o, w + (uint64_t)r * rb, a);
-                    yt[r] = o[0], yt[M + r] = o[1], yt[2 * M + r] = o[2], yt[3 * M + r] = o[3];
+                    for (int c = 0; c < 4; c++) yt[c * M + r] = o[c];
+                    r++;
+                } else {
+                    for (int c = 0; c < nc; c++) m->dot(K, &yt[c * M + r], w + (uint64_t)r * rb, a[c]);
+                    r++;
                 }
             }
-        for (; t < m->n; t++) {
-            const uint8_t *xt = m->xq + t * m->xq_row;
-            float *yt = m->y + (int64_t)t * M;
-            for (long r = r0; r < r1; r++) m->dot(K, &yt[r], w + (uint64_t)r * rb, xt);
         }
+        r0 = r1;
     }
 }
 
-static void cpu_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
-    cpu_backend *c = cpu(b);
+/* The weight's rows packed four by four for vec_dot_4xn, made on the first matmul with it and kept by the
+ * backend (weights never change while a context lives): one stream instead of four rows read side by side, which
+ * the development VM's memory serves at ~60% of the rate (BENCHMARKS.md). The packed rows' pages in the model are
+ * then offered back to the kernel (gm_map_advise_pageout), so the resident set stays the plan's. NULL where the type
+ * has no vec_dot_4xn, the weight has fewer than four rows, or memory is short (the unpacked kernels then run:
+ * the same results). */
+typedef struct packed_weight {
+    int64_t rows;              /* the weight's rows and row bytes when packed: a view of other shape at the */
+    uint64_t row_bytes;        /* same address runs unpacked */
+    uint8_t *data;             /* rows [0, rows / 4 * 4), or NULL: stays unpacked */
+} packed_weight;
+typedef struct pack_job {
+    const gm_tensor *w;
+    uint8_t *dst;
+} pack_job;
+static void pack_range(void *p, long b, long e, int ith) {
+    (void)ith;
+    const pack_job *j = p;
+    const uint64_t rb = j->w->row_bytes, bb = gm_type_traits_of(j->w->type)->block_bytes;
+    for (long g = b; g < e; g++)
+        gm_pack_rows4(j->dst + (uint64_t)g * 4 * rb, (const uint8_t *)j->w->data + (uint64_t)g * 4 * rb, rb,
+                      (int64_t)(rb / bb), bb);
+}
+static const uint8_t *packed_rows(cpu_backend *c, const gm_tensor *w) {
+    if (!gm_cpu_kernels(w->type)->vec_dot_4xn || w->ne[1] < 4) return NULL;
+    packed_weight *pw = gm_ptrmap_get(&c->packed, w->data);
+    if (!pw) {
+        pw = malloc(sizeof *pw);
+        if (!pw) return NULL;
+        const long groups = (long)(w->ne[1] / 4);
+        const size_t bytes = (size_t)groups * 4 * w->row_bytes;
+        *pw = (packed_weight){w->ne[1], w->row_bytes, aligned_alloc(64, (bytes + 63) / 64 * 64)};
+        if (pw->data) {
+            parallel_for(c, groups, 16, pack_range, &(pack_job){w, pw->data});
+            gm_map_advise_pageout(w->data, bytes); /* RSS: the copy replaces them */
+        }
+        if (!gm_ptrmap_put(&c->packed, w->data, pw)) { /* out of memory for the map: run unpacked */
+            free(pw->data);
+            free(pw);
+            return NULL;
+        }
+    }
+    return pw->rows == w->ne[1] && pw->row_bytes == w->row_bytes ? pw->data : NULL;
+}
+
+/* y = x · wᵀ for n tokens. packable: the weight is a model tensor that stays (a MoE expert's slice does not: its
+ * views come and go, and packing every expert would copy the whole table). */
+static void matmul(cpu_backend *c, const gm_tensor *w, const float *x, int32_t n, float *y, bool packable) {
     const gm_type_traits *tt = gm_type_traits_of(w->type);
     const gm_type_traits *vt = gm_type_traits_of(tt->vec_dot_type);
     const int64_t K = w->ne[0];
@@ -173,6 +236,7 @@ static void cpu_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_
         m.xq = (uint8_t *)x;
         m.xq_row = (uint64_t)K * sizeof(float);
     } else {
+        m.w4 = packable ? packed_rows(c, w) : NULL;
         m.xq_row = gm_row_bytes(vt, K);
         m.xq = c->wdata;
         m.quantize = gm_cpu_kernels(tt->vec_dot_type)->quantize;
@@ -188,6 +252,10 @@ static void cpu_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_
         return;
     }
     parallel_for(c, w->ne[1], MM_ROW_BLOCK, mm_dot_range, &m);
+}
+
+static void cpu_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32_t n, float *y) {
+    matmul(cpu(b), w, x, n, y, true);
 }
 
 /* ---- row-wise ops ---- */
@@ -471,6 +539,13 @@ static void cpu_free(gm_backend *b) {
     cpu_backend *c = cpu(b);
     if (!c) return;
     gm_pool_free(c->pool);
+    for (size_t i = 0; i < c->packed.cap; i++)
+        if (c->packed.slots[i].key) {
+            packed_weight *pw = c->packed.slots[i].value;
+            free(pw->data);
+            free(pw);
+        }
+    gm_ptrmap_free(&c->packed);
     free(c->wdata);
     free(c->proj);
     free(c->attn_scores);
@@ -513,10 +588,10 @@ static void cpu_moe(gm_backend *b, const float *logits, const float *x, int32_t 
             up.data = (const uint8_t *)gate.data + (uint64_t)F * gate_up->row_bytes;
             dn.ne[2] = 1;
             dn.data = (const uint8_t *)down->data + (uint64_t)e * down->ne[1] * down->row_bytes;
-            cpu_matmul(b, &gate, xs, m, g);
-            cpu_matmul(b, &up, xs, m, u);
+            matmul(cpu(b), &gate, xs, m, g, false);
+            matmul(cpu(b), &up, xs, m, u, false);
             cpu_gelu_mul(b, g, u, (int64_t)m * F);
-            cpu_matmul(b, &dn, g, m, ys);
+            matmul(cpu(b), &dn, g, m, ys, false);
             for (int32_t i = 0; i < m; i++) {
                 float *o = out + (int64_t)tok[i] * H;
                 const float *y = ys + i * H;

@@ -1,6 +1,7 @@
 /* quant_dispatch.c: picks the fast CPU kernels of each tensor element type once per process: detects the
  * ISA (lowered by GEMMAC_ISA=scalar|avx2|avx512) and builds one table per ISA, the reference filling every
- * entry a SIMD file leaves empty (but vec_dot_x4, which stays NULL: callers then use vec_dot per column).
+ * entry a SIMD file leaves empty (but vec_dot_x4 and vec_dot_4xn, which stay NULL: callers then use vec_dot per
+ * column, vec_dot_x4 per row).
  * AVX-512 tables take the VNNI x4 kernels where the CPU has them (GEMMAC_VNNI=0 keeps the others). Kernel bodies live in quant_avx2.c / quant_avx512.c and kernels/ref. */
 #include <pthread.h>
 #include <stdlib.h>

@@ -88,6 +88,18 @@ void gm_map_advise_random(const void *p, uint64_t n) {
     (void)madvise((void *)lo, hi - lo, MADV_RANDOM);
 }
 
+void gm_map_advise_pageout(const void *p, uint64_t n) {
+#ifdef MADV_PAGEOUT
+    const long page = sysconf(_SC_PAGESIZE);
+    if (!p || page <= 0) return;
+    const uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    const uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 void gm_map_release(gm_map *m) {
     if (!m) return;
     if (m->data) munmap((void *)m->data, (size_t)m->size);

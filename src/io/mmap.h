@@ -23,6 +23,11 @@ gemmac_status gm_map_file(const char *path, gm_map *out, gm_error *err);
  * a table read row by row then keeps only the pages of rows read resident. Best effort. */
 void gm_map_advise_random(const void *p, uint64_t n);
 
+/* Advises that the whole pages inside the n bytes at p will not be read for a while: the kernel may reclaim them
+ * now (a file's pages are read again from the file when touched, anonymous ones swapped, never lost), so a copy
+ * made of them does not count twice in the resident set. Best effort: a no-op where unsupported. */
+void gm_map_advise_pageout(const void *p, uint64_t n);
+
 /* Unmaps m (no-op on a zeroed map) and zeroes it. */
 void gm_map_release(gm_map *m);
 

@@ -1,8 +1,9 @@
-/* quant.c: the type-traits table (block size, bytes, reference kernels) indexed by GGML type number, and
- * the names of every GGML type. Kernel bodies live in kernels/ref (scalar) and kernels/cpu (SIMD). */
+/* quant.c: the type-traits table (block size, bytes, reference kernels) indexed by GGML type number, the
+ * names of every GGML type, and gm_pack_rows4 (the four-row layout vec_dot_4xn reads). Kernel bodies live in kernels/ref (scalar) and kernels/cpu (SIMD). */
 #include "quant/quant.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "quant/quant_blocks.h"
 
@@ -64,4 +65,13 @@ const char *gm_type_name(int64_t type, char buf[32]) {
         return k_ggml_names[type];
     snprintf(buf, 32, "type %lld", (long long)type);
     return buf;
+}
+
+void gm_pack_rows4(void *dst, const void *src, uint64_t rb, int64_t nb, size_t block_bytes) {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    for (int64_t j = 0; j + 1 < nb; j += 2)
+        for (int r = 0; r < 4; ++r, d += 2 * block_bytes) memcpy(d, s + r * rb + (uint64_t)j * block_bytes, 2 * block_bytes);
+    if (nb % 2)
+        for (int r = 0; r < 4; ++r, d += block_bytes) memcpy(d, s + r * rb + (uint64_t)(nb - 1) * block_bytes, block_bytes);
 }

@@ -68,11 +68,23 @@ typedef enum gm_isa { GM_ISA_SCALAR = 0, GM_ISA_AVX2 = 1, GM_ISA_AVX512 = 2 } gm
  * per column), so a token's result never depends on which tokens share its batch. */
 typedef void (*gm_vec_dot_nc_fn)(int64_t n, float out[4], const void *w, const void *const a[4]);
 
+/* out[4·r + c] = dot(row r, a[c]) for the four weight rows of w4, a group packed by gm_pack_rows4, and the first
+ * nc (1..4) activation rows (out[4·r + c] for c >= nc untouched): each weight block unpacked once for the nc
+ * columns, each activation block loaded (its scale widened) once for the four rows. BIT-IDENTICAL per (row,
+ * column) to vec_dot on the unpacked row, as vec_dot_x4. With nc = 1 it is the decode mat-vec, four rows at a time. */
+typedef void (*gm_vec_dot_4xn_fn)(int64_t n, float out[16], const void *w4, const void *const a[4], int nc);
+
+/* Packs four rows of nb blocks (block_bytes each; row r at src + r·rb) into one stream at dst (4·nb blocks): for
+ * each pair j of blocks the four rows' blocks 2j, 2j + 1 (row 0's pair first), then, if nb is odd, the four rows'
+ * last blocks. The layout vec_dot_4xn reads. */
+void gm_pack_rows4(void *dst, const void *src, uint64_t rb, int64_t nb, size_t block_bytes);
+
 typedef struct gm_type_cpu {
     gm_dequantize_fn dequantize;
     gm_quantize_fn quantize;       /* activation quantizer: same bytes as the traits' quantize_act */
     gm_vec_dot_fn vec_dot;
     gm_vec_dot_nc_fn vec_dot_x4;   /* NULL: none for this type and ISA, call vec_dot per column */
+    gm_vec_dot_4xn_fn vec_dot_4xn; /* NULL: none for this type and ISA, call vec_dot_x4 / vec_dot per row */
 } gm_type_cpu;
 
 /* The best ISA this CPU runs (honours the environment variable GEMMAC_ISA=scalar|avx2|avx512 to go lower). */

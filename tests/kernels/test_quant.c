@@ -4,6 +4,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -434,14 +435,24 @@ static void test_fast_vec_dot(void **state) {
     }
 }
 
-/* vec_dot_x4 is BIT-IDENTICAL per column to the same table's vec_dot: the engine relies on it so that a
- * token's logits do not depend on which tokens share its batch. Random blocks with every edge mode, four
- * different activation rows (one all zero, sometimes two the same pointer), every row length; memcmp, no
- * tolerance. Also: every ISA above scalar has an x4 for each weight type (prefill speed depends on it). */
+/* vec_dot_x4 and vec_dot_4xn are BIT-IDENTICAL per (row, column) to the same table's vec_dot: the engine relies
+ * on it so that a token's logits do not depend on which tokens share its batch. Random blocks with every edge
+ * mode (for the 4xn four rows of different modes, packed by gm_pack_rows4, and every column count 1..4, the
+ * columns past it checked untouched), four different activation rows (one all zero, sometimes two the same
+ * pointer), every row length (odd block counts too); memcmp, no tolerance. Also: every ISA above scalar has an x4 for each
+ * weight type (prefill speed depends on it), and AVX-512 with VNNI a 4xn for q8_0 / q4_0 / q5_0. */
 static void test_vec_dot_x4_bitwise(void **state) {
     (void)state;
     rng_t r = {7};
-    int checked = 0;
+    int checked = 0, checked44 = 0;
+    const char *vnni_env = getenv("GEMMAC_VNNI");
+#if defined(__x86_64__) || defined(__i386__)
+    const bool vnni = gm_cpu_isa() >= GM_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") &&
+                      !(vnni_env && strcmp(vnni_env, "0") == 0);
+#else
+    const bool vnni = false;
+    (void)vnni_env;
+#endif
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ++ti) {
         const gm_type t = k_weight_types[ti];
         const gm_type_traits *tr = gm_type_traits_of(t);
@@ -449,11 +460,15 @@ static void test_vec_dot_x4_bitwise(void **state) {
             const gm_type_cpu *k = gm_cpu_kernels_isa(t, (gm_isa)isa);
             if (k) assert_non_null(k->vec_dot_x4);
         }
+        if (vnni && (t == GM_TYPE_Q8_0 || t == GM_TYPE_Q4_0 || t == GM_TYPE_Q5_0))
+            assert_non_null(gm_cpu_kernels_isa(t, GM_ISA_AVX512)->vec_dot_4xn);
         for (int li = 0; li < N_ROW_LENS; ++li) {
             for (int rep = 0; rep < 6; ++rep) {
                 const int64_t n = row_len(t, li), nb = n / tr->block_size;
-                void *w = xmalloc(gm_row_bytes(tr, n));
-                fill_weights(t, w, tr->block_size == 1 ? n : nb, &r, li + 5 * rep);
+                const size_t rb = gm_row_bytes(tr, n);
+                uint8_t *w4 = xmalloc(4 * rb), *w = w4; /* four rows; the x4 takes the first */
+                for (int row = 0; row < 4; ++row)
+                    fill_weights(t, w4 + row * rb, tr->block_size == 1 ? n : nb, &r, li + 5 * rep + 7 * row);
                 float *act = xmalloc((size_t)n * 4);
                 void *aq[4];
                 for (int c = 0; c < 4; ++c) {
@@ -476,15 +491,37 @@ static void test_vec_dot_x4_bitwise(void **state) {
                             fail_msg("%s %s vec_dot_x4 n=%lld rep %d column %d: x4 %a, vec_dot %a", gm_isa_name((gm_isa)isa),
                                      tr->name, (long long)n, rep, c, (double)got[c], (double)want[c]);
                     ++checked;
+                    if (!k->vec_dot_4xn) continue;
+                    float want16[16], poison;
+                    uint8_t *packed = xmalloc(4 * rb);
+                    gm_pack_rows4(packed, w4, rb, nb, tr->block_bytes);
+                    memset(&poison, 0xA5, sizeof poison);
+                    for (int row = 0; row < 4; ++row)
+                        for (int c = 0; c < 4; ++c) k->vec_dot(n, &want16[4 * row + c], w4 + row * rb, cols[c]);
+                    for (int nc = 1; nc <= 4; ++nc) {
+                        float got16[16];
+                        memset(got16, 0xA5, sizeof got16);
+                        k->vec_dot_4xn(n, got16, packed, cols, nc);
+                        for (int i = 0; i < 16; ++i) {
+                            const float *expect = i % 4 < nc ? &want16[i] : &poison; /* columns past nc: untouched */
+                            if (memcmp(&got16[i], expect, sizeof(float)) != 0)
+                                fail_msg("%s %s vec_dot_4xn n=%lld rep %d nc %d row %d column %d: 4xn %a, want %a",
+                                         gm_isa_name((gm_isa)isa), tr->name, (long long)n, rep, nc, i / 4, i % 4,
+                                         (double)got16[i], (double)*expect);
+                        }
+                    }
+                    free(packed);
+                    ++checked44;
                 }
                 for (int c = 0; c < 4; ++c) free(aq[c]);
-                free(w), free(act);
+                free(w4), free(act);
             }
         }
     }
-    printf("  [ INFO ] vec_dot_x4: %d (type, ISA, row) cases bitwise equal%s\n", checked,
+    printf("  [ INFO ] vec_dot_x4: %d (type, ISA, row) cases bitwise equal, vec_dot_4xn (columns 1..4 each): %d%s\n", checked, checked44,
            getenv("GEMMAC_VNNI") ? " (GEMMAC_VNNI=0)" : "");
     if (gm_cpu_isa() >= GM_ISA_AVX2) assert_true(checked > 0);
+    if (vnni) assert_true(checked44 > 0);
 }
 
 /* The AVX-512 table holds different x4 kernels with and without VNNI: the ones this CPU does not pick by
