@@ -184,8 +184,8 @@ static void mm_dot_range(void *p, long b, long e, int ith) {
  * backend (weights never change while a context lives): one stream instead of four rows read side by side, which
  * the development VM's memory serves at ~60% of the rate (BENCHMARKS.md). The packed rows' pages in the model are
  * then offered back to the kernel (gm_map_advise_pageout), so the resident set stays the plan's. NULL where the type
- * has no vec_dot_4xn, the weight has fewer than four rows, or memory is short (the unpacked kernels then run:
- * the same results). */
+ * has no vec_dot_4xn, the weight has fewer than four rows or rows with gaps between them, or memory is short (the
+ * unpacked kernels then run: the same results). */
 typedef struct packed_weight {
     int64_t rows;              /* the weight's rows and row bytes when packed: a view of other shape at the */
     uint64_t row_bytes;        /* same address runs unpacked */
@@ -204,7 +204,9 @@ static void pack_range(void *p, long b, long e, int ith) {
                       (int64_t)(rb / bb), bb);
 }
 static const uint8_t *packed_rows(cpu_backend *c, const gm_tensor *w) {
-    if (!gm_cpu_kernels(w->type)->vec_dot_4xn || w->ne[1] < 4) return NULL;
+    if (!gm_cpu_kernels(w->type)->vec_dot_4xn || w->ne[1] < 4 ||
+        w->row_bytes != gm_row_bytes(gm_type_traits_of(w->type), w->ne[0])) /* rows apart: the kernel reads K's blocks */
+        return NULL;
     packed_weight *pw = gm_ptrmap_get(&c->packed, w->data);
     if (!pw) {
         pw = malloc(sizeof *pw);

@@ -2,7 +2,8 @@
  * q8_0 / q4_0 / q5_0 weights (the types whose rows the backend packs four by four for vec_dot_4xn where the CPU
  * has AVX-512 VNNI) and q4_K (never packed), row counts of every remainder mod 4, thread ranges that do not start
  * on a multiple of four, 1 to 9 tokens (four-token groups and every remainder), the same weight again (its packed
- * rows reused) and a view of fewer rows at the same address (a shape the packed copy does not match). */
+ * rows reused), a view of fewer rows at the same address (a shape the packed copy does not match) and a view of
+ * every second row (rows with gaps, which the packing must leave alone). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +86,9 @@ static void test_matmul_equals_vec_dot(void **state) {
             gm_tensor view = w;   /* fewer rows at the same address: must not read the packed copy of w */
             view.ne[1] = rows > 4 ? rows - 4 : rows;
             check(b, &view, x, 5);
+            gm_tensor every_other = w; /* rows with gaps (every second row), one past the start: a new address */
+            every_other.data = data + rb, every_other.ne[1] = (rows - 1) / 2, every_other.row_bytes = 2 * rb;
+            if (every_other.ne[1] > 0) check(b, &every_other, x, 6);
         }
         /* Weights outlive the backend that packed them (as a model outlives its contexts): a new weight must not
          * reuse an address the map knows. */
