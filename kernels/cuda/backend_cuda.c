@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/ptrmap.h"
 #include "cuda/ops_cuda.h"
 #include "model/backend.h"
 #include "quant/quant.h"
@@ -38,8 +39,7 @@ typedef struct cuda_backend {
     gm_backend base;
     int device;
     cudaStream_t stream;
-    wentry *wmap;              /* open addressing on the host pointer; capacity a power of two */
-    size_t wcap, wcount;
+    gm_ptrmap wmap;            /* host pointer -> its wentry (malloc'd) */
     uint64_t weight_bytes;     /* device bytes of weights */
     void *mm, *attn, *moe;     /* scratch: quantized activations, attention splits, experts */
     size_t mm_bytes, attn_bytes, moe_bytes;
@@ -158,34 +158,6 @@ static bool grow(cuda_backend *c, void **buf, size_t *cap, size_t need, const ch
 }
 
 /* ---- weights ---- */
-static size_t wslot(const cuda_backend *c, const void *host) {
-    uint64_t h = (uint64_t)(uintptr_t)host;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    size_t i = (size_t)h & (c->wcap - 1);
-    while (c->wmap[i].host && c->wmap[i].host != host) i = (i + 1) & (c->wcap - 1);
-    return i;
-}
-
-static bool wmap_reserve(cuda_backend *c) {
-    if (c->wcap && (c->wcount + 1) * 2 <= c->wcap) return true;
-    const size_t ncap = c->wcap ? c->wcap * 2 : 256;
-    wentry *old = c->wmap;
-    const size_t ocap = c->wcap;
-    c->wmap = calloc(ncap, sizeof *c->wmap);
-    if (!c->wmap) {
-        c->wmap = old;
-        fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of host memory for the weight map");
-        return false;
-    }
-    c->wcap = ncap;
-    for (size_t i = 0; i < ocap; i++)
-        if (old[i].host) c->wmap[wslot(c, old[i].host)] = old[i];
-    free(old);
-    return true;
-}
-
 /* The device copy of host_bytes at host: rows of ne0 elements of `type`, row_bytes apart (n_rows rows). Made
  * on first use, with 16 readable bytes past the end (ops_cuda.h); a type the kernels do not read is
  * dequantized to f32 on the host first. NULL after a failure (recorded). */
@@ -193,20 +165,22 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
                             uint64_t row_bytes, bool experts, const char *name) {
     if (c->failed || !host) return NULL;
     const size_t host_bytes = (size_t)row_bytes * (size_t)n_rows;
-    if (c->wcap) {
-        const wentry *e = &c->wmap[wslot(c, host)];
-        if (e->host && e->host_bytes >= host_bytes) return e;
-    }
+    wentry *e = gm_ptrmap_get(&c->wmap, host);
+    if (e && e->dev && e->host_bytes >= host_bytes) return e;
     graph_abort(c); /* uploads synchronise: not capturable */
     c->gen++;
-    if (!wmap_reserve(c)) return NULL;
-    wentry *e = &c->wmap[wslot(c, host)];
-    if (e->host) { /* seen before, smaller: replace */
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e || !gm_ptrmap_put(&c->wmap, host, e)) {
+            free(e);
+            fail(c, GEMMAC_ERR_NO_MEMORY, "CUDA backend: out of host memory for the weight map");
+            return NULL;
+        }
+    } else if (e->dev) { /* seen before, smaller: replace */
         cudaStreamSynchronize(c->stream);
         cudaFree(e->dev); /* its f16 copy, if any, stays in f16_bufs until the backend goes */
         c->weight_bytes -= e->host_bytes;
-        c->wcount--;
-        memset(e, 0, sizeof *e);
+        memset(e, 0, sizeof *e); /* no device copy until the upload below succeeds */
     }
     const void *src = host;
     void *conv = NULL;
@@ -263,7 +237,6 @@ static const wentry *weight(cuda_backend *c, const void *host, int32_t type, int
         return NULL;
     }
     *e = (wentry){.host = host, .dev = dev, .host_bytes = host_bytes, .type = dtype, .row_bytes = drow};
-    c->wcount++;
     c->weight_bytes += dbytes;
     return e;
 }
@@ -298,8 +271,8 @@ static void f16_copies(cuda_backend *c, gm_cuda_multi *m, const gm_tensor *const
     for (int i = 0; i < m->n_w; i++) {
         const gm_cuda_mat *w = &m->w[i];
         if (w->f16 || (w->type == GM_TYPE_F16 && w->row_bytes == (uint64_t)w->ne0 * 2)) continue; /* used as is */
-        wentry *ei = &c->wmap[wslot(c, ts[i]->data)];
-        if (ei->host != ts[i]->data || ei->f16_refused) continue;
+        wentry *ei = gm_ptrmap_get(&c->wmap, ts[i]->data);
+        if (!ei || !ei->dev || ei->f16_refused) continue;
         e[i] = ei;
         need += (size_t)w->ne0 * (size_t)w->ne1 * 2;
     }
@@ -1238,11 +1211,15 @@ static void cuda_free(gm_backend *b) {
     if (c->gmode == G_CAPTURE) graph_abort(c);
     if (c->stream) cudaStreamSynchronize(c->stream);
     graph_drop_all(c);
-    for (size_t i = 0; i < c->wcap; i++)
-        if (c->wmap[i].host) cudaFree(c->wmap[i].dev);
+    for (size_t i = 0; i < c->wmap.cap; i++)
+        if (c->wmap.slots[i].key) {
+            wentry *e = c->wmap.slots[i].value;
+            cudaFree(e->dev);
+            free(e);
+        }
     for (size_t i = 0; i < c->n_f16_bufs; i++) cudaFree(c->f16_bufs[i]);
     free(c->f16_bufs);
-    free(c->wmap);
+    gm_ptrmap_free(&c->wmap);
     if (c->mm) cudaFree(c->mm);
     if (c->mm2) cudaFree(c->mm2);
     if (c->counters) cudaFree(c->counters);
