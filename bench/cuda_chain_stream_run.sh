@@ -7,6 +7,8 @@
 #     matmul_cuda.cu). Predicted: tg128 ~2.6 -> ~2.4 ms.
 # Order: the op tests, the model test each way, the chain probe, then E4B q4_0 / q8_0 decoding alternated, q4_0 at
 # 1 / 64 / 256 sequences, and kernel traces (bench/cuda_trace.c) of LOOKAHEAD=1 and CHAIN=1 decoding. Logs to $OUT.
+# Measured once (BENCHMARKS.md, twenty-first session) and both changes dropped: on the tree since, GEMMAC_CUDA_CHAIN_STREAM
+# is not read (both CHAIN rows run the register chain) and LOOKAHEAD=1 is the fifth session's counted quantization.
 # Usage: bench/cuda_chain_stream_run.sh
 set -o pipefail
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
