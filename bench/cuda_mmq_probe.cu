@@ -27,7 +27,7 @@ static void die(const char *what) {
     exit(1);
 }
 static void run_f16(Ctx *c) {
-    if (gm_cuda_gemm_multi(c->cublas, &c->m, &c->in, c->scratch, c->scratch_bytes, NULL)) die("gemm_multi");
+    if (gm_cuda_gemm_multi(c->cublas, &c->m, &c->in, NULL, c->scratch, c->scratch_bytes, NULL, NULL)) die("gemm_multi");
 }
 static float time_us(void (*f)(Ctx *), Ctx *c) {
     cudaEvent_t e0, e1;

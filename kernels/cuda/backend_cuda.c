@@ -57,6 +57,7 @@ typedef struct cuda_backend {
         gm_cuda_prep prep;     /* prep.kv, when set, points at kv */
         int32_t n_chain;       /* PEND_CHAIN: steps held for one chain launch (see "chains") */
         gm_cuda_chain_step chain[GM_CUDA_CHAIN_MAX];
+        gm_cuda_gemm_epi epi;  /* PEND_EPI: a tensor-core product's epilogue (see "held epilogues") */
     } pend;
     bool chains;               /* one-column products chained into persistent launches (GEMMAC_CUDA_CHAIN=1) */
     double chain_max_bytes;    /* ... of at most this many weight bytes each (GEMMAC_CUDA_CHAIN_MAX_MB; 0: any) */
@@ -74,6 +75,10 @@ typedef struct cuda_backend {
     void *cublas, *cublas_ws;  /* the tensor-core path of long batches (gemm_cuda.cu): made on first use */
     void *gemm;                /* its scratch: f16 weights, f16 activations, the GEMM's output */
     size_t gemm_bytes;
+    bool hold_epi;             /* epilogues held for the next preparation (GEMMAC_CUDA_HOLD_EPI=0: never) */
+    void *gemm_act[2];         /* f16 inputs prepared with a held epilogue, the two in turn (see "held epilogues") */
+    size_t gemm_act_bytes[2];
+    int gemm_act_i;
     int f16_mode;              /* f16 copies of weights: 0 never, 1 always, 2 while a reserve stays free */
     void **f16_bufs;           /* their allocations (one per group of matrices copied together) */
     size_t n_f16_bufs;
@@ -478,7 +483,8 @@ static void prof_print(struct prof *p) {
  * 293 / 289 t/s, BENCHMARKS.md fifth session): each saved quantize launch costs ~3.6 us of the step, but the
  * quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and ~7 us to
  * each attention launch. */
-enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, PEND_CHAIN = 3, LOOKAHEAD_DEFAULT = 0 };
+enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, PEND_CHAIN = 3, PEND_EPI = 4,
+       LOOKAHEAD_DEFAULT = 0 };
 
 static void pend_flush(cuda_backend *c) {
     const int kind = c->pend.kind;
@@ -487,6 +493,8 @@ static void pend_flush(cuda_backend *c) {
     if (c->failed) return;
     if (kind == PEND_CHAIN) {
         k_ok(c, gm_cuda_chain(c->pend.chain, c->pend.n_chain, c->chain_bar, c->stream), "chain of products");
+    } else if (kind == PEND_EPI) {
+        k_ok(c, gm_cuda_gemm_epilogue(&c->pend.epi, c->stream), "GEMM epilogue");
     } else if (kind == PEND_ATTN) {
         c->pend.at.kv = &c->pend.kv;
         if (c->pend.at.prep) {
@@ -886,13 +894,63 @@ static bool have_cublas(cuda_backend *c) {
            k_ok(c, gm_cuda_gemm_create(&c->cublas, c->cublas_ws, WS_BYTES), "cuBLAS");
 }
 
+/* ---- held epilogues ----
+ * A tensor-core product's epilogue (column scale, segments, GeGLU / gelu·mul: a launch after its cuBLAS GEMM) is
+ * held (PEND_EPI) until the next op. When that op is another tensor-core product of the same batch whose input
+ * reads the held outputs only row for row (held_epi_fits), the epilogue runs inside that input's preparation
+ * (gm_cuda_prepare_act_f16's `first`): in a Gemma 4 layer of a long batch, five of the seven products follow another
+ * product, so five launches fewer. The preparation writes one of two buffers in turn (gemm_act), never the one the
+ * held product read its input and column scales from. Any other op launches the epilogue alone first (pend_flush),
+ * so the stream's order stays the ops' order. */
+static bool spans_overlap(const float *a, int64_t na, const float *b, int64_t nb) { return a < b + nb && b < a + na; }
+
+/* p ([n][K], read by the preparation, perhaps written by its residual update) is one of e's outputs with rows of K,
+ * or touches none of them nor e's mul. */
+static bool held_epi_row_safe(const gm_cuda_gemm_epi *e, const float *p, int64_t K) {
+    if (!p) return true;
+    const int64_t n = e->n;
+    if (e->mul && spans_overlap(p, n * K, e->mul, n * e->ldy[0])) return false;
+    for (int s = 0; s < (e->epi == GM_CUDA_EPI_GEGLU ? 1 : e->n_seg); s++) {
+        if (!e->y[s]) continue;
+        if (p == e->y[s] && e->ldy[s] == K) continue;
+        if (spans_overlap(p, n * K, e->y[s], n * e->ldy[s])) return false;
+    }
+    return true;
+}
+
+static bool held_epi_fits(const cuda_backend *c, const gm_cuda_act_in *in) {
+    const gm_cuda_gemm_epi *e = &c->pend.epi;
+    return c->pend.kind == PEND_EPI && e->n == in->n && held_epi_row_safe(e, in->x, in->K) &&
+           held_epi_row_safe(e, in->res_add, in->K);
+}
+
+/* The tensor-core path when it takes m at in->n columns (false: not taken, nothing done, nothing flushed). */
 static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *in, const gm_tensor *const *ts) {
     if (!gm_cuda_gemm_eligible(m, in->n)) return false;
     const bool q = gm_cuda_qgemm_eligible(m, in->n); /* q4_0 straight from the blocks: no f16 copies, no cuBLAS */
     if (!q) f16_copies(c, m, ts);
-    if (c->failed || (!q && !have_cublas(c))) return true;
-    if (grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, in->n), "GEMM scratch"))
-        k_ok(c, gm_cuda_gemm_multi(c->cublas, m, in, c->gemm, c->gemm_bytes, c->stream), "GEMM");
+    if (!c->failed && !q) have_cublas(c);
+    gm_cuda_f16_act ready = {0};
+    if (!c->failed && held_epi_fits(c, in)) {
+        const int i = c->gemm_act_i ^= 1;
+        const size_t xh_bytes = ((size_t)in->n * in->K * 2 + 255) / 256 * 256;
+        if (grow(c, &c->gemm_act[i], &c->gemm_act_bytes[i], xh_bytes + (size_t)in->n * sizeof(float), "GEMM input")) {
+            void *xh = c->gemm_act[i];
+            float *cs = (float *)((uint8_t *)xh + xh_bytes);
+            c->pend.kind = PEND_NONE;
+            if (k_ok(c, gm_cuda_prepare_act_f16(in, xh, cs, &c->pend.epi, c->stream), "GEMM input"))
+                ready = (gm_cuda_f16_act){.xh = xh, .col_scale = cs};
+        }
+    }
+    pend_flush(c);
+    if (c->failed) return true;
+    if (grow(c, &c->gemm, &c->gemm_bytes, gm_cuda_gemm_scratch_bytes(m, in->n), "GEMM scratch")) {
+        gm_cuda_gemm_epi held = {0};
+        const bool hold = c->hold_epi && !c->prof; /* the profile times each op by its own launches */
+        if (k_ok(c, gm_cuda_gemm_multi(c->cublas, m, in, ready.xh ? &ready : NULL, c->gemm, c->gemm_bytes,
+                                       hold ? &held : NULL, c->stream), "GEMM") && held.n)
+            c->pend = (struct pend){.kind = PEND_EPI, .epi = held};
+    }
     return true;
 }
 
@@ -917,8 +975,7 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
         return;
     }
     if (gm_cuda_gemm_eligible(&one, n) || act_type < 0) {
-        pend_flush(c);
-        if (!gemm_path(c, &one, &in, &w)) pend_hold(c, &one, x, n, "matmul");
+        if (!gemm_path(c, &one, &in, &w)) pend_hold(c, &one, x, n, "matmul"); /* pend_hold flushes first */
         return;
     }
     if (c->lookahead && !c->counters) {
@@ -961,7 +1018,8 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
              fbits(p->eps), IB(p->act), PB(p->mul), IB(nw),
              PB(nw > 0 ? p->w[0]->data : NULL), PB(nw > 1 ? p->w[1]->data : NULL), PB(nw > 2 ? p->w[2]->data : NULL),
              PB(p->y[0]), PB(nw > 1 ? p->y[1] : NULL), PB(nw > 2 ? p->y[2] : NULL));
-    if (!c->chains || p->n != 1) pend_flush(c); /* what is held goes before this op's uploads, unless it may chain */
+    /* what is held goes before this op's uploads, unless it may chain or be a held epilogue this op's input takes */
+    if ((!c->chains || p->n != 1) && c->pend.kind != PEND_EPI) pend_flush(c);
     if (c->prof && nw > 0) {
         uint64_t bytes = 0;
         for (int32_t i = 0; i < nw && i < 3; i++) bytes += tensor_bytes(p->w[i]);
@@ -987,9 +1045,9 @@ static void cuda_project(gm_backend *b, const gm_proj_args *p) {
     const gm_cuda_act_in in = {.x = p->x, .K = K, .n = p->n, .res_add = p->res_add,
                                .res_w = p->res_add ? wvec(c, p->res_norm, K) : NULL, .res_scale = p->res_scale,
                                .norm = p->norm != NULL, .w = wvec(c, p->norm, K), .eps = p->eps};
-    if (c->failed || chain_add(c, &in, &m)) return;
+    if (c->failed || chain_add(c, &in, &m) || gemm_path(c, &m, &in, p->w)) return;
     pend_flush(c);
-    if (c->failed || gemm_path(c, &m, &in, p->w)) return;
+    if (c->failed) return;
     const int32_t act_type = gm_cuda_act_type(m.w[0].type);
     bool same = true, one_act = true;
     for (int32_t i = 1; i < nw; i++) {
@@ -1231,6 +1289,8 @@ static void cuda_free(gm_backend *b) {
     }
     if (c->proj) cudaFree(c->proj);
     if (c->gemm) cudaFree(c->gemm);
+    for (int i = 0; i < 2; i++)
+        if (c->gemm_act[i]) cudaFree(c->gemm_act[i]);
     gm_cuda_gemm_destroy(c->cublas);
     if (c->cublas_ws) cudaFree(c->cublas_ws);
     if (c->attn) cudaFree(c->attn);
@@ -1323,6 +1383,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (dl && *dl) gm_cuda_set_device_layouts(dl[0] != '0');
     const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */
     c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
+    const char *he = getenv("GEMMAC_CUDA_HOLD_EPI"); /* 0: tensor-core epilogues never held (see "held epilogues") */
+    c->hold_epi = !(he && he[0] == '0');
     const char *ap = getenv("GEMMAC_CUDA_ATTN_PREP_FUSED"); /* 1: the preparation inside decode attention */
     c->attn_prep_fused = ap && ap[0] == '1';
     const char *ch = getenv("GEMMAC_CUDA_CHAIN"); /* 1: chains of one-column products (see "chains") */

@@ -168,6 +168,32 @@ __device__ __forceinline__ float gmc_gelu_tanh(float x) {
     return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
+/* Output row g (< e.out_rows) of column c of a tensor-core product's epilogue (gm_cuda_gemm_epi; s = e.col_scale[c]):
+ * Y's value times s to its segment's output, or a GeGLU / gelu·mul of it. The one definition of that epilogue's
+ * arithmetic: its own launch (gemm_cuda.cu) and the preparations that run it first (matmul_cuda.cu) both call it. */
+__device__ __forceinline__ void gmc_gemm_epi_value(const gm_cuda_gemm_epi &e, int64_t c, int64_t g, float s) {
+    const float *yc = e.Y + c * e.Mtot;
+    if (e.epi == GM_CUDA_EPI_GEGLU) {
+        const int64_t F = e.m_end[0];
+        const float gate = __fmul_rn(yc[g], s), up = __fmul_rn(yc[F + g], s);
+        e.y[0][c * e.ldy[0] + g] = __fmul_rn(gmc_gelu_tanh(gate), up);
+        return;
+    }
+    int sg = 0;
+    while (sg + 1 < e.n_seg && g >= e.m_end[sg]) sg++;
+    const int64_t m0 = sg ? e.m_end[sg - 1] : 0, ld = e.ldy[sg];
+    float v = __fmul_rn(yc[g], s);
+    if (e.epi == GM_CUDA_EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), e.mul[c * ld + (g - m0)]);
+    e.y[sg][c * ld + (g - m0)] = v;
+}
+
+/* Every output row of column c of a held epilogue, by the threads of one block, visible to the block on return. */
+__device__ __forceinline__ void gmc_gemm_epi_column(const gm_cuda_gemm_epi &e, int64_t c) {
+    const float s = e.col_scale[c];
+    for (int64_t g = threadIdx.x; g < e.out_rows; g += blockDim.x) gmc_gemm_epi_value(e, c, g, s);
+    __syncthreads();
+}
+
 /* ---- programmatic dependent launch (PDL, sm_90) ----
  * A kernel launched with gmc_launch may start while the kernel before it on the stream is still finishing. Rule
  * that keeps this safe: every such kernel calls gmc_pdl_wait() before it reads anything another kernel writes

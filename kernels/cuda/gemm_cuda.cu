@@ -67,35 +67,19 @@ __global__ void convert_f16_kernel(const uint8_t *__restrict__ W, uint64_t row_b
     else out[g] = __float2half_rn(TYPE == GMC_BF16 ? gmc_bf2f(((const uint16_t *)r)[j]) : ((const float *)r)[j]);
 }
 
-/* ---- epilogue: Y [n][Mtot] (the GEMM's column-major Mtot x n) times the column's scale, to the segments ---- */
-struct GemmEpi {
-    float *y[3];
-    int64_t m_end[3]; /* stacked row bounds of the segments */
-    int64_t ldy[3];   /* values per column of each y */
-    int n_seg, epi;
-    const float *mul;
-};
-
-__global__ void gemm_epilogue_kernel(const float *__restrict__ Y, int64_t Mtot, int64_t n_out_rows,
-                                     const float *__restrict__ col_scale, const __grid_constant__ GemmEpi e) {
+/* ---- epilogue: Y [n][Mtot] (the GEMM's column-major Mtot x n) times the column's scale, to the outputs
+ * (gmc_gemm_epi_value); a grid of (row blocks, columns) ---- */
+__global__ void gemm_epilogue_kernel(const __grid_constant__ gm_cuda_gemm_epi e) {
     gmc_pdl_wait();
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t c = blockIdx.y;
-    if (g >= n_out_rows) return;
-    const float s = col_scale[c];
-    const float *yc = Y + c * Mtot;
-    if (e.epi == GM_CUDA_EPI_GEGLU) {
-        const int64_t F = e.m_end[0];
-        const float gate = __fmul_rn(yc[g], s), up = __fmul_rn(yc[F + g], s);
-        e.y[0][c * e.ldy[0] + g] = __fmul_rn(gmc_gelu_tanh(gate), up);
-        return;
-    }
-    int sg = 0;
-    while (sg + 1 < e.n_seg && g >= e.m_end[sg]) sg++;
-    const int64_t m0 = sg ? e.m_end[sg - 1] : 0, ld = e.ldy[sg];
-    float v = __fmul_rn(yc[g], s);
-    if (e.epi == GM_CUDA_EPI_GELU_MUL) v = __fmul_rn(gmc_gelu_tanh(v), e.mul[c * ld + (g - m0)]);
-    e.y[sg][c * ld + (g - m0)] = v;
+    if (g < e.out_rows) gmc_gemm_epi_value(e, c, g, e.col_scale[c]);
+}
+
+extern "C" int gm_cuda_gemm_epilogue(const gm_cuda_gemm_epi *e, gm_cuda_stream stream) {
+    if (!e || e->n <= 0) return 0;
+    gmc_launch(gemm_epilogue_kernel, dim3((unsigned)((e->out_rows + 255) / 256), (unsigned)e->n), 256, 0, stream, *e);
+    return gmc_check_launch("gemm epilogue");
 }
 
 /* ---- host side ---- */
@@ -226,10 +210,13 @@ static int gemm_f16(cublasHandle_t h, const __half *W, int64_t rows, int32_t n, 
     return st == CUBLAS_STATUS_SUCCESS ? 0 : gmc_fail(-1, "gemm_multi: cublasGemmEx failed (status %d)", (int)st);
 }
 
-extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
-                                  size_t scratch_bytes, gm_cuda_stream stream) {
+extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in,
+                                  const gm_cuda_f16_act *ready, void *scratch, size_t scratch_bytes,
+                                  gm_cuda_gemm_epi *held, gm_cuda_stream stream) {
     const int32_t n = in ? in->n : 0;
-    if (!m || !in || !in->x || !gm_cuda_gemm_eligible(m, n) || in->K != m->w[0].ne0 ||
+    if (held) held->n = 0;
+    if (!m || !in || (!ready && !in->x) || (ready && (!ready->xh || !ready->col_scale)) ||
+        !gm_cuda_gemm_eligible(m, n) || in->K != m->w[0].ne0 ||
         (m->epi == GM_CUDA_EPI_GEGLU && (m->n_w != 2 || m->w[1].ne1 != m->w[0].ne1)) ||
         (m->epi == GM_CUDA_EPI_GELU_MUL && (m->n_w != 1 || !m->mul)))
         return gmc_fail(-1, "gemm_multi: bad arguments");
@@ -238,15 +225,16 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
                         gm_cuda_gemm_scratch_bytes(m, n));
     const int64_t K = m->w[0].ne0, rows = chunk_rows(m);
     if (gm_cuda_qgemm_eligible(m, n)) { /* q4_0 blocks straight into the tensor cores (qgemm_cuda.cu) */
+        if (ready) return gm_cuda_qgemm(m, ready->xh, ready->col_scale, n, stream);
         __half *xf = (__half *)scratch;
         float *cs = (float *)((uint8_t *)scratch + align256((size_t)n * K * 2));
-        const int rc = gm_cuda_prepare_act_f16(in, xf, cs, stream);
+        const int rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, stream);
         return rc ? rc : gm_cuda_qgemm(m, xf, cs, n, stream);
     }
     if (!cublas) return gmc_fail(-1, "gemm_multi: no cuBLAS handle");
     int64_t mtot = 0;
-    GemmEpi e = {};
-    e.n_seg = m->n_w, e.epi = m->epi, e.mul = m->mul;
+    gm_cuda_gemm_epi e = {};
+    e.n = n, e.n_seg = m->n_w, e.epi = m->epi, e.mul = m->mul;
     for (int i = 0; i < m->n_w; i++) {
         if (m->w[i].ne0 != K) return gmc_fail(-1, "gemm_multi: matrices of different widths");
         mtot += m->w[i].ne1;
@@ -261,8 +249,9 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
     float *cs = (float *)p;
     p += align256((size_t)n * sizeof(float));
     float *Y = (float *)p;
-    int rc = gm_cuda_prepare_act_f16(in, xf, cs, stream);
-    if (rc) return rc;
+    int rc = 0;
+    if (ready) xf = (__half *)ready->xh, cs = (float *)ready->col_scale;
+    else if ((rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, stream))) return rc;
     cublasHandle_t h = (cublasHandle_t)cublas;
     if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasSetStream failed");
     /* chunks of rows: the whole stack at once, except a single large matrix (rows < mtot) */
@@ -295,13 +284,15 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
             }
         }
         if (!dense && (rc = gemm_f16(h, W, nr, n, K, xf, Y, nr))) return rc;
-        GemmEpi ec = e;
+        gm_cuda_gemm_epi ec = e;
+        ec.Y = Y, ec.col_scale = cs, ec.Mtot = nr;
+        ec.out_rows = m->epi == GM_CUDA_EPI_GEGLU ? m->w[0].ne1 : nr;
         if (nr < mtot) ec.y[0] = e.y[0] + r0, ec.m_end[0] = nr; /* a chunk of the single matrix's rows */
-        const int64_t out_rows = m->epi == GM_CUDA_EPI_GEGLU ? m->w[0].ne1 : nr;
-        gmc_launch(gemm_epilogue_kernel, dim3((unsigned)((out_rows + 255) / 256), (unsigned)n), 256, 0, stream,
-                   (const float *)Y, nr, out_rows, (const float *)cs, ec);
-        rc = gmc_check_launch("gemm_multi epilogue");
-        if (rc) return rc;
+        if (held && nr == mtot) { /* the only chunk: left to the caller */
+            *held = ec;
+            return 0;
+        }
+        if ((rc = gm_cuda_gemm_epilogue(&ec, stream))) return rc;
     }
     return 0;
 }

@@ -132,10 +132,11 @@ __device__ __forceinline__ int f16_row_exponent(float amax) {
  * arithmetic is quant_q8_0_block's / quant_q8_K_block_warp's (the same bytes for the same v); the rms sums are
  * added in another order than gmc_row_rms_scale's. One block of 32 · W threads per row: a decoding step's rows
  * are short serial chains, and this one is the shortest. */
-template <int VPL, int MAXT>
+template <int VPL, int MAXT, bool FIRST>
 __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
-                                                            float *__restrict__ xf, __half *__restrict__ xh) {
+                                                            float *__restrict__ xf, __half *__restrict__ xh,
+                                                            const __grid_constant__ gm_cuda_gemm_epi first) {
     __shared__ float part[32];
     const int64_t r = blockIdx.x;
     const int K = (int)in.K, nb = K / 32;
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
         nw[i] = in.norm && in.w && b < nb ? __ldg(in.w + 32 * b + lane) : 1.0f;
     }
     gmc_pdl_wait();
+    if (FIRST) gmc_gemm_epi_column(first, r); /* a held epilogue's row r first (gm_cuda_prepare_act_f16) */
     float *xr = in.x + r * K;
     float v[VPL];
 #pragma unroll
@@ -963,9 +965,11 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
 /* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block of 256 threads per row,
  * the input prepared as act_prep_kernel does (residual update, rmsnorm). */
 __global__ void __launch_bounds__(1024) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
-                                                      float *__restrict__ col_scale) {
+                                                      float *__restrict__ col_scale,
+                                                      const __grid_constant__ gm_cuda_gemm_epi first) {
     gmc_pdl_wait();
     const int64_t c = blockIdx.x;
+    if (first.n) gmc_gemm_epi_column(first, c); /* a held epilogue's row c first (gm_cuda_prepare_act_f16) */
     const int K = (int)in.K;
     float *xr = in.x + c * K;
     if (in.res_add) gmc_residual_update(xr, in.res_add + c * K, in.res_w, in.res_scale, K, in.eps);
@@ -1015,31 +1019,39 @@ int gmc_prep_reg_warps(int64_t K) {
     return warps;
 }
 
-/* act_prep_reg_kernel where it takes the rows; false (nothing launched) for other rows. */
+/* act_prep_reg_kernel where it takes the rows; false (nothing launched) for other rows. first: a held epilogue
+ * to run first (f16 output only), or NULL. */
 static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, float *ds, float *xf, __half *xh,
-                            cudaStream_t stream) {
+                            const gm_cuda_gemm_epi *first, cudaStream_t stream) {
     const int64_t nb = in->K / 32;
     const int warps = gmc_prep_reg_warps(in->K);
     if (!warps) return false;
     const dim3 grid((unsigned)in->n);
     const size_t smem = act_type == GMC_Q8_K ? (size_t)in->K * sizeof(float) : 0; /* the row, at most 32 KB */
     const int vpl = (int)((nb + warps - 1) / warps);
+    const gm_cuda_gemm_epi none = {};
+    const gm_cuda_gemm_epi &e = first ? *first : none;
+#define GMC_PREP1(V, T, F) gmc_launch(act_prep_reg_kernel<V, T, F>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, \
+                                      xf, xh, e)
+#define GMC_PREP(V, T)                                                                                                \
+    do {                                                                                                              \
+        if (first) GMC_PREP1(V, T, true);                                                                             \
+        else GMC_PREP1(V, T, false);                                                                                  \
+    } while (0)
     if (warps <= 8 && vpl <= 16) { /* the 256-thread build: registers for up to 16 values a lane */
-#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 256>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
-        if (vpl <= 1) GMC_PREP(1);
-        else if (vpl <= 2) GMC_PREP(2);
-        else if (vpl <= 4) GMC_PREP(4);
-        else if (vpl <= 8) GMC_PREP(8);
-        else GMC_PREP(16);
-#undef GMC_PREP
+        if (vpl <= 1) GMC_PREP(1, 256);
+        else if (vpl <= 2) GMC_PREP(2, 256);
+        else if (vpl <= 4) GMC_PREP(4, 256);
+        else if (vpl <= 8) GMC_PREP(8, 256);
+        else GMC_PREP(16, 256);
         return true;
     }
-#define GMC_PREP(V) gmc_launch(act_prep_reg_kernel<V, 1024>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, xf, xh)
-    if (vpl <= 1) GMC_PREP(1);
-    else if (vpl <= 2) GMC_PREP(2);
-    else if (vpl <= 4) GMC_PREP(4);
-    else GMC_PREP(8);
+    if (vpl <= 1) GMC_PREP(1, 1024);
+    else if (vpl <= 2) GMC_PREP(2, 1024);
+    else if (vpl <= 4) GMC_PREP(4, 1024);
+    else GMC_PREP(8, 1024);
 #undef GMC_PREP
+#undef GMC_PREP1
     return true;
 }
 
@@ -1050,19 +1062,25 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
         return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
     float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
-    if (!launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, stream))
+    if (!launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, NULL, stream))
         gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
     return gmc_check_launch("prepare_act");
 }
 
-extern "C" int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, gm_cuda_stream stream) {
+extern "C" int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale,
+                                       const gm_cuda_gemm_epi *first, gm_cuda_stream stream) {
     if (!in || in->K > (1 << 30) || in->n <= 0 || !in->x || !xh || !col_scale)
         return gmc_fail(-1, "prepare_act_f16: bad arguments");
+    if (first && first->n == 0) first = NULL;
+    if (first && (first->n != in->n || !first->Y || !first->col_scale || first->out_rows <= 0))
+        return gmc_fail(-1, "prepare_act_f16: a held epilogue of %d columns before %d", first->n, in->n);
     /* rows act_prep_reg does not take (past 8192 values: the down projection's input) get 1024 threads: with
      * 256, a 10240-value row was 40 dependent loads a thread per pass, 12 us for 64 rows (H200, E4B) */
-    if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, stream))
-        gmc_launch(act_f16_kernel, (unsigned)in->n, in->K >= 8192 ? 1024 : 256, 0, stream, *in, (__half *)xh,
-                   col_scale);
+    if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, first, stream)) {
+        const gm_cuda_gemm_epi none = {};
+        gmc_launch(act_f16_kernel, (unsigned)in->n, in->K >= 8192 || first ? 1024 : 256, 0, stream, *in, (__half *)xh,
+                   col_scale, first ? *first : none);
+    }
     return gmc_check_launch("prepare_act_f16");
 }
 

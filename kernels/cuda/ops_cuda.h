@@ -99,9 +99,28 @@ typedef struct gm_cuda_act_in {
     float eps;
 } gm_cuda_act_in;
 int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, void *out, gm_cuda_stream stream);
+/* A tensor-core product's epilogue not yet run (gm_cuda_gemm_multi's `held`): Y, the GEMM's output ([n][Mtot]
+ * f32), each column times col_scale[c], to the outputs y[s] ([n][ldy[s]]: rows m_end[s-1] .. m_end[s] of Y) as epi
+ * says (GM_CUDA_EPI_*; GEGLU: out_rows = m_end[0] values gelu_tanh(gate) · up to y[0]; GELU_MUL: times mul
+ * [n][ldy[0]]). n = 0: nothing held. Y and col_scale lie in the scratch of the product that held it. */
+typedef struct gm_cuda_gemm_epi {
+    const float *Y, *col_scale, *mul;
+    float *y[3];
+    int64_t m_end[3], ldy[3];
+    int64_t Mtot, out_rows;
+    int32_t n, n_seg, epi;
+} gm_cuda_gemm_epi;
 /* The same preparation for the tensor-core path (gemm_cuda.cu): each prepared row times 2^-e as f16 into xh
- * [n][K], e = the exponent of the row's max |value| minus 15 (no f16 overflow), and 2^e into col_scale[n]. */
-int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, gm_cuda_stream stream);
+ * [n][K], e = the exponent of the row's max |value| minus 15 (no f16 overflow), and 2^e into col_scale[n].
+ * first (NULL or n = 0: none; else first->n = in->n): a held epilogue, run row by row in the same launch before
+ * row c is prepared: row c of every output of first is written, then row c of in->x / in->res_add is read, so
+ * either may be one of first's outputs (with ldy = K) and the results are those of gm_cuda_gemm_epilogue(first)
+ * followed by this preparation, to the bit. Neither in->x nor in->res_add may otherwise overlap first's outputs
+ * or mul, and xh / col_scale must not be first's Y / col_scale. */
+int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, const gm_cuda_gemm_epi *first,
+                            gm_cuda_stream stream);
+/* A held epilogue run on its own (one launch). */
+int gm_cuda_gemm_epilogue(const gm_cuda_gemm_epi *e, gm_cuda_stream stream);
 /* Up to three matrices of ONE type and width multiplied against the same activations in one launch per 8
  * columns: y[i][n][w[i].ne1] = x · W_iᵀ (GM_CUDA_EPI_STORE); GM_CUDA_EPI_GEGLU (n_w 2, equal heights):
  * y[0] = gelu_tanh(x · W_0ᵀ) ⊙ (x · W_1ᵀ), y[1] unused (may be NULL); GM_CUDA_EPI_GELU_MUL (n_w 1): y[0] = gelu_tanh(x · W_0ᵀ) ⊙ mul
@@ -182,8 +201,17 @@ void gm_cuda_set_mmq_rows(int rows);
 enum { GM_CUDA_GEMM_MIN_N = 16 };
 int gm_cuda_gemm_eligible(const gm_cuda_multi *m, int32_t n);
 size_t gm_cuda_gemm_scratch_bytes(const gm_cuda_multi *m, int32_t n);
-int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, void *scratch,
-                       size_t scratch_bytes, gm_cuda_stream stream);
+/* ready (NULL: none): the input already prepared (gm_cuda_prepare_act_f16 of in, perhaps with a held epilogue
+ * first) at ready->xh / ready->col_scale; in then only gives K and n. held (NULL: none): when the product's
+ * epilogue would be one launch after its GEMM (cuBLAS, rows not split in chunks), it is not launched but described
+ * in *held, to be run by gm_cuda_gemm_epilogue or inside the next preparation, before the scratch is used again;
+ * held->n = 0 when the product left nothing held. */
+typedef struct gm_cuda_f16_act {
+    const void *xh;
+    const float *col_scale;
+} gm_cuda_f16_act;
+int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_in *in, const gm_cuda_f16_act *ready,
+                       void *scratch, size_t scratch_bytes, gm_cuda_gemm_epi *held, gm_cuda_stream stream);
 /* The q4_0 part of that path (qgemm_cuda.cu), taken by gm_cuda_gemm_multi for GM_CUDA_GEMM_MIN_N ..
  * gm_cuda_set_qgemm_max_n columns of re-laid q4_0 matrices (GMC_Q4_0_G8, K a multiple of 128, rows at 16-byte
  * boundaries): the blocks dequantized in registers into f16 tensor-core products, m's epilogue in the same launch.

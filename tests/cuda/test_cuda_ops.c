@@ -1230,7 +1230,7 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
             if (gm_cuda_gemm_scratch_bytes(&m, n) > sb) fail_msg("gemm: f16 copies need more scratch than none");
             CU(cudaMemcpy(dx, x_in, sizeof(float) * K * n, cudaMemcpyHostToDevice)); /* before the residual update */
         }
-        CK(gm_cuda_gemm_multi(cublas, &m, &in, scr, sb, NULL));
+        CK(gm_cuda_gemm_multi(cublas, &m, &in, NULL, scr, sb, NULL, NULL));
         if (res) expect_x_updated(dx, x, K, n);
         for (int i = 0; i < (epi == GM_CUDA_EPI_STORE ? nw : 1); i++) {
             float *y = malloc(sizeof(float) * Ms[i] * n);
@@ -1302,6 +1302,128 @@ static void test_gemm(void **state) {
     printf("[ cuda     ] tensor-core path (f16 GEMM, epilogues, fused residual + rmsnorm), each with the weights "
            "dequantized per product, from f16 copies and from stacked f16 copies: %d cases pass (1e-3 relative in norm vs the exact product, "
            "1.5e-3 through an epilogue)\n", cases);
+}
+
+/* ---- held epilogues (gm_cuda_gemm_multi's held, gm_cuda_prepare_act_f16's first, gm_cuda_gemm_epilogue): a
+ * product whose epilogue is held must leave its outputs unwritten; the next preparation running the held epilogue
+ * first must give what the epilogue launched after the product and then the preparation give, to the bit: every
+ * output, the next input's x (residual update), its f16 values and column scales; and the held epilogue launched
+ * alone must equal the epilogue launched by the product. ---- */
+static void expect_same_bytes(const char *what, const void *got_dev, const void *want_host, size_t bytes) {
+    uint8_t *g = malloc(bytes);
+    dev_download(g, got_dev, bytes);
+    const uint8_t *w = want_host;
+    for (size_t i = 0; i < bytes; i++)
+        if (g[i] != w[i]) fail_msg("%s: byte %zu of %zu differs (%02x, want %02x)", what, i, bytes, g[i], w[i]);
+    free(g);
+}
+
+static void *download_new(const void *dev, size_t bytes) {
+    void *h = malloc(bytes);
+    dev_download(h, dev, bytes);
+    return h;
+}
+
+/* epi with nseg segments (STORE), M0 rows in segment 0 (the next input's K); the next input reads segment 0 as x
+ * (as_res false: no norm) or as the residual to add (as_res: update with a weight and scale 0.75, then rmsnorm). */
+static void run_held_epilogue(void *cublas, int epi, int nseg, int64_t M0, bool as_res, int n) {
+    const int64_t K = 256;
+    const int nw = epi == GM_CUDA_EPI_GEGLU ? 2 : epi == GM_CUDA_EPI_STORE ? nseg : 1;
+    const int64_t Ms[3] = {M0, epi == GM_CUDA_EPI_GEGLU ? M0 : 37, 64};
+    host_mat h[3];
+    gm_cuda_multi m = {.n_w = nw, .epi = epi};
+    size_t ybytes[3] = {0, 0, 0};
+    for (int i = 0; i < nw; i++) {
+        h[i] = make_mat(GM_TYPE_Q8_0, K, Ms[i], 1.0f);
+        m.w[i] = (gm_cuda_mat){.type = GM_TYPE_Q8_0, .ne0 = K, .ne1 = Ms[i], .row_bytes = h[i].row_bytes,
+                               .data = dev_upload(h[i].q, h[i].row_bytes * Ms[i])};
+        if (epi != GM_CUDA_EPI_GEGLU || i == 0) {
+            ybytes[i] = sizeof(float) * Ms[i] * n;
+            m.y[i] = dev_alloc(ybytes[i]);
+        }
+    }
+    float *x = rand_vec((size_t)K * n, 2.0f), *nwt = rand_vec((size_t)K, 1.5f), *mul = rand_vec((size_t)M0 * n, 2.0f);
+    float *dx = dev_upload(x, sizeof(float) * K * n), *dnw = dev_upload(nwt, sizeof(float) * K);
+    float *dmul = dev_upload(mul, sizeof(float) * M0 * n);
+    if (epi == GM_CUDA_EPI_GELU_MUL) m.mul = dmul;
+    const gm_cuda_act_in in = {.x = dx, .K = K, .n = n, .res_scale = 1.0f, .norm = 1, .w = dnw, .eps = 1e-6f};
+    /* the next input */
+    float *x2 = rand_vec((size_t)M0 * n, 3.0f), *w2 = rand_vec((size_t)M0, 1.5f), *rw2 = rand_vec((size_t)M0, 1.5f);
+    for (int64_t j = 0; j < M0; j++) x2[j] *= 1.0e5f; /* column 0: a scale other than the rest */
+    float *dx2 = dev_upload(x2, sizeof(float) * M0 * n), *dw2 = dev_upload(w2, sizeof(float) * M0);
+    float *drw2 = dev_upload(rw2, sizeof(float) * M0);
+    const gm_cuda_act_in in2 = as_res ? (gm_cuda_act_in){.x = dx2, .K = M0, .n = n, .res_add = m.y[0], .res_w = drw2,
+                                                         .res_scale = 0.75f, .norm = 1, .w = dw2, .eps = 1e-6f}
+                                      : (gm_cuda_act_in){.x = m.y[0], .K = M0, .n = n, .res_scale = 1.0f};
+    const size_t sb = gm_cuda_gemm_scratch_bytes(&m, n), xh_bytes = (size_t)M0 * n * 2, cs_bytes = sizeof(float) * n;
+    void *scr = dev_alloc(sb), *xh = dev_alloc(xh_bytes);
+    float *cs = dev_alloc(cs_bytes);
+    void *want_y[3] = {NULL, NULL, NULL}, *want_x2 = NULL, *want_xh = NULL, *want_cs = NULL;
+    char what[200];
+    for (int pass = 0; pass < 3; pass++) { /* 0: nothing held; 1: held, run by the preparation; 2: held, run alone */
+        for (int i = 0; i < nw; i++)
+            if (m.y[i]) dev_poison(m.y[i], ybytes[i]);
+        CU(cudaMemcpy(dx2, x2, sizeof(float) * M0 * n, cudaMemcpyHostToDevice));
+        dev_poison(xh, xh_bytes), dev_poison(cs, cs_bytes);
+        gm_cuda_gemm_epi held = {.n = -1};
+        CK(gm_cuda_gemm_multi(cublas, &m, &in, NULL, scr, sb, pass ? &held : NULL, NULL));
+        snprintf(what, sizeof what, "held epilogue %d (%d segments), M0 %lld, %s, n %d, pass %d", epi, nseg,
+                 (long long)M0, as_res ? "the residual" : "x", n, pass);
+        if (pass) {
+            if (held.n != n) fail_msg("%s: held %d columns", what, held.n);
+            uint8_t *y0 = download_new(m.y[0], ybytes[0]);
+            for (size_t b = 0; b < ybytes[0]; b++)
+                if (y0[b] != 0xFF) fail_msg("%s: the held epilogue wrote its output (byte %zu)", what, b);
+            free(y0);
+        }
+        if (pass == 2) CK(gm_cuda_gemm_epilogue(&held, NULL));
+        CK(gm_cuda_prepare_act_f16(&in2, xh, cs, pass == 1 ? &held : NULL, NULL));
+        if (pass == 0) {
+            for (int i = 0; i < nw; i++)
+                if (m.y[i]) want_y[i] = download_new(m.y[i], ybytes[i]);
+            want_x2 = download_new(dx2, sizeof(float) * M0 * n);
+            want_xh = download_new(xh, xh_bytes), want_cs = download_new(cs, cs_bytes);
+            continue;
+        }
+        for (int i = 0; i < nw; i++)
+            if (m.y[i]) expect_same_bytes(what, m.y[i], want_y[i], ybytes[i]);
+        expect_same_bytes(what, dx2, want_x2, sizeof(float) * M0 * n);
+        expect_same_bytes(what, xh, want_xh, xh_bytes);
+        expect_same_bytes(what, cs, want_cs, cs_bytes);
+    }
+    for (int i = 0; i < nw; i++) {
+        free_mat(&h[i]);
+        free(want_y[i]);
+        CU(cudaFree((void *)m.w[i].data));
+        if (m.y[i]) CU(cudaFree(m.y[i]));
+    }
+    free(x), free(nwt), free(mul), free(x2), free(w2), free(rw2), free(want_x2), free(want_xh), free(want_cs);
+    CU(cudaFree(dx)); CU(cudaFree(dnw)); CU(cudaFree(dmul)); CU(cudaFree(dx2)); CU(cudaFree(dw2)); CU(cudaFree(drw2));
+    CU(cudaFree(scr)); CU(cudaFree(xh)); CU(cudaFree(cs));
+}
+
+static void test_gemm_held_epilogue(void **state) {
+    (void)state;
+    void *cublas = NULL;
+    CK(gm_cuda_gemm_create(&cublas, NULL, 0));
+    gm_cuda_set_mmq_max_n(0);
+    gm_cuda_set_qgemm_max_n(0);
+    /* rows of the next input: 64 and 2560 the register preparation takes (256 and 1024 threads), 100 (not whole
+     * 32-value blocks) and 10240 (past 8192) the one-block-per-row kernel */
+    static const int64_t M0s[] = {64, 100, 2560, 10240};
+    int cases = 0;
+    for (int e = 0; e < 4; e++) /* STORE of one segment, STORE of three, GEGLU, GELU_MUL */
+        for (size_t k = 0; k < sizeof M0s / sizeof M0s[0]; k++)
+            for (int r = 0; r < 2; r++) {
+                const int epi = e <= 1 ? GM_CUDA_EPI_STORE : e == 2 ? GM_CUDA_EPI_GEGLU : GM_CUDA_EPI_GELU_MUL;
+                run_held_epilogue(cublas, epi, e == 1 ? 3 : 1, M0s[k], r == 1, GM_CUDA_GEMM_MIN_N + (int)urand(241));
+                cases++;
+            }
+    gm_cuda_set_mmq_max_n(-1);
+    gm_cuda_set_qgemm_max_n(-1);
+    gm_cuda_gemm_destroy(cublas);
+    printf("[ cuda     ] held tensor-core epilogues: %d cases, the product's outputs left unwritten while held, the "
+           "epilogue run inside the next preparation or alone equal to the bit to it launched by the product\n", cases);
 }
 
 /* ---- q4_0 batches (re-laid: GMC_Q4_0_G8) on qgemm_cuda.cu's kernel (the blocks dequantized in registers, f16
@@ -1965,7 +2087,7 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_gemm_held_epilogue), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
         cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts), cmocka_unit_test(test_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
