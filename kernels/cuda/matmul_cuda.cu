@@ -962,8 +962,8 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
     return mv_run(&w, &y, 1, EPI_STORE, NULL, MvAct{NULL, NULL, x}, n, NULL, stream);
 }
 
-/* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block of 256 threads per row,
- * the input prepared as act_prep_kernel does (residual update, rmsnorm). */
+/* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block per row (256 or 1024
+ * threads: gm_cuda_prepare_act_f16), the input prepared as act_prep_kernel does (residual update, rmsnorm). */
 __global__ void __launch_bounds__(1024) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
                                                       float *__restrict__ col_scale,
                                                       const __grid_constant__ gm_cuda_gemm_epi first) {

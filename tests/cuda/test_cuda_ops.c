@@ -1309,19 +1309,17 @@ static void test_gemm(void **state) {
  * first must give what the epilogue launched after the product and then the preparation give, to the bit: every
  * output, the next input's x (residual update), its f16 values and column scales; and the held epilogue launched
  * alone must equal the epilogue launched by the product. ---- */
-static void expect_same_bytes(const char *what, const void *got_dev, const void *want_host, size_t bytes) {
-    uint8_t *g = malloc(bytes);
-    dev_download(g, got_dev, bytes);
-    const uint8_t *w = want_host;
-    for (size_t i = 0; i < bytes; i++)
-        if (g[i] != w[i]) fail_msg("%s: byte %zu of %zu differs (%02x, want %02x)", what, i, bytes, g[i], w[i]);
-    free(g);
-}
-
 static void *download_new(const void *dev, size_t bytes) {
     void *h = malloc(bytes);
     dev_download(h, dev, bytes);
     return h;
+}
+
+/* expect_bytes_equal of device bytes against host bytes */
+static void expect_same_bytes(const char *what, const void *got_dev, const void *want_host, size_t bytes) {
+    uint8_t *g = download_new(got_dev, bytes);
+    expect_bytes_equal(what, g, want_host, bytes);
+    free(g);
 }
 
 /* epi with nseg segments (STORE), M0 rows in segment 0 (the next input's K); the next input reads segment 0 as x
