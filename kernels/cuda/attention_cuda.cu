@@ -6,11 +6,12 @@
  * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
  * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Decode launches (one token per
  * block, f16 cache) take the staged kernel instead: K/V tiles copied into shared memory two tiles ahead, scores and
- * values on the tensor cores, the same splits, merge and output. Also the attention op's
- * preparation (q/k/v norms, RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq,
- * a decode step) inside the split kernel's blocks. That fusion measured slower than the launch it saves (H200,
- * E4B q4_0, 2026-12-03: +5.7 us per attention against ~5.6 us, and more at depth, where there are more splits to
- * pay for it); the backend leaves it off unless asked. Leaves to others: cache allocation and which layer reads
+ * values on the tensor cores, the same splits, merge and output; in a decode step (one_per_seq) it requests its
+ * first tiles' older keys before waiting on the launch before. Also the attention op's preparation (q/k/v norms,
+ * RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq and fuse_prep, a decode
+ * step) inside the attention's blocks: the split kernel's through shared memory and block barriers (measured slower
+ * than the launch it saves, H200, E4B q4_0, 2026-12-03: +5.7 us per attention against ~5.6 us), the staged
+ * kernel's a row per warp in registers (prep_row_warp). Leaves to others: cache allocation and which layer reads
  * which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:
@@ -711,6 +712,74 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
     attn_finish<R, G, D>(acc, m_s, l_s, &q_s[0][0], split, n_splits, t0, kvh, n_tokens, n_head, res);
 }
 
+/* ---- the preparation by warps (the staged kernel's fused preparation) ----
+ * One warp prepares one head row of D floats held in its registers, x[j] = element lane + 32·j, with
+ * attn_prep_kernel's arithmetic to the bit: the RMS sums in gmc_row_rms_scale's order under PREP_THREADS threads
+ * (thread τ = 32·w + lane adds elements τ, τ + 128, ...; each of the four virtual warps' sums by the same
+ * shuffles; their four sums as gmc_warp_sum adds them: (w0 + w2) + (w1 + w3)), the norm, then RoPE slot by slot
+ * (gmc_rope_rotate; the pass-through elements times scale as gmc_rope_pass). No barrier, no shared memory: the
+ * rows of a block go to its warps side by side. RoPE pairs must lie in one lane: half = n_rot / 2 a multiple of
+ * 32 (rope_by_warps). */
+static_assert(PREP_THREADS == 128, "prep_row_warp replays 128 threads' sums");
+static bool rope_by_warps(int n_rot) { return n_rot % 64 == 0; }
+
+/* Slot lane + 32·j's sine and cosine for j < hj = half / 32: gmc_rope_sincos's values, its theta chain walked once
+ * per lane (slot i's theta is pos times theta_scale i times, rounded after each step). */
+template <int NS>
+__device__ __forceinline__ void rope_angles_warp(float (&sn)[NS], float (&cs)[NS], int hj, float pos, float theta_scale,
+                                                 float freq_scale, const float *__restrict__ ff, int lane) {
+    float theta = pos;
+    for (int k = 0; k < lane; k++) theta = __fmul_rn(theta, theta_scale);
+#pragma unroll
+    for (int j = 0; j < NS; j++) {
+        if (j >= hj) break;
+        if (j)
+            for (int k = 0; k < 32; k++) theta = __fmul_rn(theta, theta_scale);
+        const float f = ff ? ff[lane + 32 * j] : 1.0f;
+        sincosf(__fmul_rn(freq_scale, __fdiv_rn(theta, f)), &sn[j], &cs[j]);
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void prep_row_warp(float (&x)[D / 32], bool norm, const float *__restrict__ w, float eps,
+                                              int hj, const float (&sn)[D / 64], const float (&cs)[D / 64],
+                                              float scale, int lane) {
+    constexpr int NJ = D / 32, NVW = PREP_THREADS / 32;
+    static_assert(NJ % NVW == 0, "whole virtual warps");
+    if (norm) {
+        float T[NVW];
+#pragma unroll
+        for (int vw = 0; vw < NVW; vw++) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int j = vw; j < NJ; j += NVW) ss = fmaf(x[j], x[j], ss);
+            T[vw] = gmc_warp_sum(ss);
+        }
+        const float total = (T[0] + T[2]) + (T[1] + T[3]);
+        const float rs = 1.0f / sqrtf(total / (float)D + eps);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) x[j] = __fmul_rn(x[j], rs);
+    }
+    if (w)
+#pragma unroll
+        for (int j = 0; j < NJ; j++) x[j] = __fmul_rn(x[j], w[lane + 32 * j]);
+    /* slot lane + 32·j (j < hj) pairs x[j] with x[j + hj]: hj is uniform, the indices compile-time */
+#pragma unroll
+    for (int d = 1; d <= NJ / 2; d++) {
+        if (d != hj) continue;
+#pragma unroll
+        for (int j = 0; j < d; j++) {
+            float pair[2] = {x[j], x[j + d]};
+            gmc_rope_rotate(pair, 0, 1, sn[j], cs[j], scale);
+            x[j] = pair[0], x[j + d] = pair[1];
+        }
+    }
+    if (scale != 1.0f)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            if (j >= 2 * hj) x[j] = __fmul_rn(x[j], scale);
+}
+
 /* ---- staged decode attention on the tensor cores ----
  * One token per block, as attn_split_kernel with TQ = 1 (block (split, kvh, token); f16 cache; G <= 8), for decode
  * steps: the split's keys go in tiles of KT keys whose K and V rows cp.async copies into shared memory, the next
@@ -763,11 +832,11 @@ struct StagedShape {
 /* Where piece pc (8 halves) of tile row j sits, in halves from the row's start. */
 __device__ __forceinline__ int staged_at(int j, int pc) { return (pc ^ (j & 7)) * 8; }
 
-template <int D, int G>
+template <int D, int G, bool PREP>
 __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
-    const __half *__restrict__ kc, const __half *__restrict__ vc, int n_slots, int ring, int n_head_kv,
-    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
-    int n_splits, const float *__restrict__ q, const AttnOut res) {
+    const __half *kc, const __half *vc, int n_slots, int ring, int n_head_kv, const int32_t *__restrict__ pos,
+    const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks, int n_splits,
+    const float *__restrict__ q, const AttnOut res, const __grid_constant__ AttnPrep pr, int early) {
     using S = StagedShape<D, G>;
     constexpr int KT = S::KT, MT = S::MT, NST = STAGED_STAGES, PPR = D / 8, PH = S::PH;
     constexpr int DPT = D / ATT_THREADS; /* output dims per thread in attn_finish's layout */
@@ -781,47 +850,145 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     __half(*p_h)[8][PH] = (__half(*)[8][PH])(staged_smem + S::KV_BYTES + S::SP_BYTES);      /* [2][8][PH] */
     float(*o_s)[D] = (float(*)[D])staged_smem; /* [G][D] over the K/V stages, once every tile is done */
     __shared__ float m_s[G], l_s[G], a_s[G];
-    gmc_pdl_wait();
+    __shared__ __align__(16) __half kv_own[PREP ? 2 : 1][PREP ? D : 8]; /* PREP: the token's own V and K rows */
 
     const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int p = pos[t];
-    const int LO = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    const int n_keys = p - LO + 1;
     const int j0 = split * ks;
-    const int j1 = split == n_splits - 1 ? n_keys : min(j0 + ks, n_keys);
-    const int n_tiles = j1 > j0 ? (j1 - j0 + KT - 1) / KT : 0;
-    const size_t seq_base = (size_t)seq[t] * n_slots;
+    int p = 0, LO = 0, n_keys = 0, j1 = 0, n_tiles = 0;
+    size_t seq_base = 0;
+    auto locate = [&] {
+        p = pos[t];
+        LO = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+        n_keys = p - LO + 1;
+        j1 = split == n_splits - 1 ? n_keys : min(j0 + ks, n_keys);
+        n_tiles = j1 > j0 ? (j1 - j0 + KT - 1) / KT : 0;
+        seq_base = (size_t)seq[t] * n_slots;
+    };
+    bool own = false; /* PREP: this block prepares and stores the token's own K/V (its split holds key p) */
 
-    /* tile i's K and V rows into stage i % NST, rows past the split zero-filled (their P is 0; a stale NaN there
-     * would still reach the sums); one commit per call, empty or not, so that cp_async_wait counts tiles */
-    auto load_tile = [&](int i) {
-        if (i < n_tiles) {
-            const int st = i % NST, c0 = j0 + i * KT, cn = min(KT, j1 - c0);
-            __half *kd = k_s + (size_t)st * KT * D, *vd = v_s + (size_t)st * KT * D;
-            for (int x = threadIdx.x; x < KT * PPR; x += ATT_THREADS) {
-                const int j = x / PPR, pc = x % PPR;
-                const int kp = LO + c0 + min(j, cn - 1);
-                const size_t at = ((seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh) * D + pc * 8;
-                const int nb = j < cn ? 16 : 0;
-                cp_async16(kd + j * D + staged_at(j, pc), kc + at, nb);
-                cp_async16(vd + j * D + staged_at(j, pc), vc + at, nb);
+    /* Rows of tile i into stage i % NST, by part: ROWS_OLD the keys before the token's own (stored by launches
+     * that finished before this one's predecessor: safe to read before gmc_pdl_wait) and the rows past the split,
+     * zero-filled (their P is 0; a stale NaN there would still reach the sums); ROWS_NEW the token's own key;
+     * ROWS_ALL both. The own key's rows come from kv_own when this block prepared them, else by cp.async. */
+    enum { ROWS_OLD, ROWS_NEW, ROWS_ALL };
+    auto load_rows = [&](int i, int part) {
+        if (i >= n_tiles) return;
+        const int st = i % NST, c0 = j0 + i * KT, cn = min(KT, j1 - c0);
+        __half *kd = k_s + (size_t)st * KT * D, *vd = v_s + (size_t)st * KT * D;
+        for (int x = threadIdx.x; x < KT * PPR; x += ATT_THREADS) {
+            const int j = x / PPR, pc = x % PPR;
+            const int kp = LO + c0 + min(j, cn - 1);
+            const bool is_new = j < cn && kp == p;
+            if (part == ROWS_OLD ? is_new : part == ROWS_NEW ? !is_new : false) continue;
+            if (PREP && is_new && own) {
+                *(uint4 *)(kd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[PREP ? 1 : 0][pc * 8];
+                *(uint4 *)(vd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
+                continue;
             }
+            const size_t at = ((seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh) * D + pc * 8;
+            const int nb = j < cn ? 16 : 0;
+            cp_async16(kd + j * D + staged_at(j, pc), kc + at, nb);
+            cp_async16(vd + j * D + staged_at(j, pc), vc + at, nb);
         }
+    };
+    /* tile i whole, one commit per call, empty or not, so that cp_async_wait counts tiles */
+    auto load_tile = [&](int i) {
+        load_rows(i, ROWS_ALL);
         cp_async_commit();
     };
-#pragma unroll
-    for (int i = 0; i < NST - 1; i++) load_tile(i);
 
-    for (int i = threadIdx.x; i < 8 * D; i += ATT_THREADS) {
-        const int r = i / D, e = i % D;
-        const float x = r < G ? q[((size_t)t * n_head + (size_t)kvh * G + r) * D + e] : 0.0f;
-        const __half hi = __float2half_rn(x);
-        q_h[0][r][e] = hi, q_h[1][r][e] = __float2half_rn(x - __half2float(hi));
+    /* early (a decode launch: one token per sequence, so the token's own key is the only one this step stores):
+     * the first tiles' older rows are requested before the wait, overlapping the launch before; they join the first
+     * tile's group */
+    /* PREP (early is set): what the preparation needs of immutable data and of the positions, before the wait too:
+     * the RoPE angles in registers (warps with rows), the norm weights in shared memory (w_s: q's, then K's) */
+    constexpr int NJ = D / 32;
+    float sn[PREP ? NJ / 2 : 1], cs[PREP ? NJ / 2 : 1];
+    __shared__ __align__(16) float w_s[PREP ? 2 : 1][PREP ? D : 4];
+    const int hj = pr.n_rot / 64;
+    if (early) {
+        locate();
+#pragma unroll
+        for (int i = 0; i < NST - 1; i++) load_rows(i, ROWS_OLD);
+        if constexpr (PREP) {
+            own = pr.write_kv && j0 < n_keys && n_keys - 1 < j1;
+            if (warp < G + (own ? 2 : 0))
+                rope_angles_warp<NJ / 2>(sn, cs, hj, (float)p, pr.theta_scale, pr.freq_scale, pr.ff, lane);
+            for (int i = threadIdx.x; i < D; i += ATT_THREADS) {
+                if (pr.q_norm) w_s[0][i] = pr.q_norm[i];
+                if (own && pr.k_norm) w_s[1][i] = pr.k_norm[i];
+            }
+            __syncthreads();
+        }
+    }
+    gmc_pdl_wait();
+    if (!early) locate();
+    if constexpr (!PREP) {
+#pragma unroll
+        for (int i = 0; i < NST - 1; i++) {
+            load_rows(i, early ? ROWS_NEW : ROWS_ALL);
+            cp_async_commit();
+        }
+        for (int i = threadIdx.x; i < 8 * D; i += ATT_THREADS) {
+            const int r = i / D, e = i % D;
+            const float x = r < G ? q[((size_t)t * n_head + (size_t)kvh * G + r) * D + e] : 0.0f;
+            const __half hi = __float2half_rn(x);
+            q_h[0][r][e] = hi, q_h[1][r][e] = __float2half_rn(x - __half2float(hi));
+        }
+    } else {
+        /* the preparation (early is set): warp w prepares rows w, w + 4, ... of the G query heads, then, in the block
+         * whose split holds key p, V and K, stored in the cache and kept in kv_own for the tile that holds key p */
+        const size_t src = ((size_t)t * n_head_kv + kvh) * D;
+        const size_t dst = ((seq_base + (ring ? p % n_slots : p)) * n_head_kv + kvh) * D;
+        const int nr = G + (own ? 2 : 0);
+        auto row_in = [&](int r) -> const float * {
+            return r < G ? q + ((size_t)t * n_head + (size_t)kvh * G + r) * D
+                   : r == G ? (pr.v_from_k ? pr.k : pr.v) + src : pr.k + src;
+        };
+        float x[NJ], xn[NJ]; /* this row, and the warp's next, loaded before this one is worked on */
+        if (warp < nr)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) x[j] = row_in(warp)[lane + 32 * j];
+        for (int r = warp; r < nr; r += ATT_THREADS / 32) {
+            const bool more = r + ATT_THREADS / 32 < nr;
+            if (more)
+#pragma unroll
+                for (int j = 0; j < NJ; j++) xn[j] = row_in(r + ATT_THREADS / 32)[lane + 32 * j];
+            if (r < G) {
+                prep_row_warp<D>(x, pr.q_norm != NULL, pr.q_norm ? w_s[0] : NULL, pr.eps, hj, sn, cs, pr.q_scale, lane);
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    const __half hi = __float2half_rn(x[j]);
+                    q_h[0][r][lane + 32 * j] = hi, q_h[1][r][lane + 32 * j] = __float2half_rn(x[j] - __half2float(hi));
+                }
+            } else {
+                if (r == G) prep_row_warp<D>(x, pr.v_norm != 0, NULL, pr.eps, 0, sn, cs, 1.0f, lane);
+                else prep_row_warp<D>(x, pr.k_norm != NULL, pr.k_norm ? w_s[1] : NULL, pr.eps, hj, sn, cs, 1.0f, lane);
+                __half *c = (__half *)(r == G ? vc : kc) + dst;
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    const __half h = __float2half_rn(x[j]);
+                    c[lane + 32 * j] = h, kv_own[r - G][lane + 32 * j] = h;
+                }
+            }
+            if (more)
+#pragma unroll
+                for (int j = 0; j < NJ; j++) x[j] = xn[j];
+        }
+        for (int i = threadIdx.x; i < (8 - G) * D; i += ATT_THREADS)
+            q_h[0][G + i / D][i % D] = q_h[1][G + i / D][i % D] = __float2half_rn(0.0f);
     }
     for (int i = threadIdx.x; i < 2 * 8 * PH; i += ATT_THREADS) (&p_h[0][0][0])[i] = __float2half_rn(0.0f);
     if (threadIdx.x < G) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
     __syncthreads();
+    if constexpr (PREP) { /* the first tiles' own-key rows, from kv_own now that it is written */
+#pragma unroll
+        for (int i = 0; i < NST - 1; i++) {
+            load_rows(i, ROWS_NEW);
+            cp_async_commit();
+        }
+    }
 
     const int mt = warp % MT, kshare = warp / MT;
     uint32_t qb[2][S::KSTEPS][2]; /* B fragments of q's two parts for this warp's k-steps: (k = dims 2·t4.., n = head g) */
@@ -1087,14 +1254,14 @@ static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int
  * positions, first tiles) and its merge once; else two rounds of blocks; or g_attn_fill blocks per SM when it was
  * set. Measured (H200, 2026-12-04, cuda_bench --attn, fill 3 against two rounds): 64 sequences at depth 1024
  * 34.2 -> 25.5 us (sliding, 4 splits of 128 keys), 256 sequences 85.7 -> 76.5 us (one split). */
-template <int D, int G>
-static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, cudaStream_t st) {
+template <int D, int G, bool PREP>
+static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, const AttnPrep &pr, int early, cudaStream_t st) {
     using S = StagedShape<D, G>;
     static int per_sm = 0;
     if (per_sm == 0) {
-        cudaFuncSetAttribute(attn_staged_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_staged_kernel<D, G>, ATT_THREADS, S::SMEM) !=
-                cudaSuccess || per_sm < 1)
+        cudaFuncSetAttribute(attn_staged_kernel<D, G, PREP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_staged_kernel<D, G, PREP>, ATT_THREADS,
+                                                          S::SMEM) != cudaSuccess || per_sm < 1)
             per_sm = 1;
     }
     const gm_cuda_kv *kv = a->kv;
@@ -1109,26 +1276,36 @@ static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, cudaStream_t
     AttnOut o = o0;
     if (s == 1) o.pacc = NULL, o.pml = NULL, o.cnt = NULL;
     const dim3 grid((unsigned)s, (unsigned)kv->n_head_kv, (unsigned)a->n_tokens);
-    gmc_launch(attn_staged_kernel<D, G>, grid, ATT_THREADS, S::SMEM, st, (const __half *)kv->k, (const __half *)kv->v,
-               kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head, a->window, ks, s, a->q, o);
+    gmc_launch(attn_staged_kernel<D, G, PREP>, grid, ATT_THREADS, S::SMEM, st, (const __half *)kv->k,
+               (const __half *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+               a->window, ks, s, a->q, o, pr, early);
+}
+
+/* pp: the preparation fused (AttnPrep), else NULL; early: a decode launch (one token per sequence) */
+template <int D, int G>
+static void launch_staged_p(const gm_cuda_attn *a, const AttnOut &o, const AttnPrep *pp, int early, cudaStream_t st) {
+    if (pp) launch_staged<D, G, true>(a, o, *pp, 1, st);
+    else launch_staged<D, G, false>(a, o, AttnPrep{}, early, st);
 }
 
 template <int D>
-static int launch_staged_g(const gm_cuda_attn *a, int G, const AttnOut &o, cudaStream_t st) {
+static int launch_staged_g(const gm_cuda_attn *a, int G, const AttnOut &o, const AttnPrep *pp, int early,
+                           cudaStream_t st) {
     switch (G) {
-    case 1: launch_staged<D, 1>(a, o, st); return 0;
-    case 2: launch_staged<D, 2>(a, o, st); return 0;
-    case 4: launch_staged<D, 4>(a, o, st); return 0;
-    case 8: launch_staged<D, 8>(a, o, st); return 0;
+    case 1: launch_staged_p<D, 1>(a, o, pp, early, st); return 0;
+    case 2: launch_staged_p<D, 2>(a, o, pp, early, st); return 0;
+    case 4: launch_staged_p<D, 4>(a, o, pp, early, st); return 0;
+    case 8: launch_staged_p<D, 8>(a, o, pp, early, st); return 0;
     }
     return -1;
 }
 
-static int launch_staged_d(const gm_cuda_attn *a, int G, const AttnOut &o, cudaStream_t st) {
+static int launch_staged_d(const gm_cuda_attn *a, int G, const AttnOut &o, const AttnPrep *pp, int early,
+                           cudaStream_t st) {
     switch (a->kv->head_dim) {
-    case 128: return launch_staged_g<128>(a, G, o, st);
-    case 256: return launch_staged_g<256>(a, G, o, st);
-    case 512: return launch_staged_g<512>(a, G, o, st);
+    case 128: return launch_staged_g<128>(a, G, o, pp, early, st);
+    case 256: return launch_staged_g<256>(a, G, o, pp, early, st);
+    case 512: return launch_staged_g<512>(a, G, o, pp, early, st);
     }
     return -1;
 }
@@ -1237,7 +1414,11 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     const int G = a->n_head / a->kv->n_head_kv;
     const int D = a->kv->head_dim;
     const int tq = split_shape(D, G) && a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
-    const bool fuse = p && a->one_per_seq && split_shape(D, G) && tq == 1;
+    const bool staged = tq == 1 && a->kv->type == GMC_F16 && G <= STAGED_MAX_G && split_shape(D, G) && attn_staged();
+    /* the preparation inside the launch: asked for, a decode launch, and a kernel that can (the staged kernel only
+     * where RoPE's pairs lie in one lane) */
+    const bool fuse = p && a->fuse_prep && a->one_per_seq && split_shape(D, G) && tq == 1 &&
+                      (!staged || rope_by_warps(p->n_rot));
     if (p && !fuse) { /* the preparation's own launch first */
         const int rc = gm_cuda_attn_prep(p, stream);
         if (rc) return rc;
@@ -1271,9 +1452,7 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         o.pml = (float2 *)(o.pacc + (size_t)a->n_tokens * a->n_head * n_splits * D);
     }
     const AttnPrep *pp = fuse ? &pr : NULL;
-    const bool staged = tq == 1 && !fuse && a->kv->type == GMC_F16 && G <= STAGED_MAX_G &&
-                        attn_staged();
-    const int rc = staged ? launch_staged_d(a, G, o, stream)
+    const int rc = staged ? launch_staged_d(a, G, o, pp, a->one_per_seq != 0, stream)
                    : a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, pp, stream)
                                             : launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream);
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", D, G);

@@ -62,11 +62,14 @@ typedef struct cuda_backend {
     bool chains;               /* one-column products chained into persistent launches (GEMMAC_CUDA_CHAIN=1) */
     double chain_max_bytes;    /* ... of at most this many weight bytes each (GEMMAC_CUDA_CHAIN_MAX_MB; 0: any) */
     void *chain_bar;           /* the chain kernels' grid barrier (a u64, zeroed once) */
-    bool attn_prep_fused;      /* decode steps' attention preparation fused into the attention launch
-                                  (GEMMAC_CUDA_ATTN_PREP_FUSED=1). Off by default: measured slower (H200, E4B q4_0,
-                                  BENCHMARKS.md eleventh session: tg128 at depth 512 336 -> 310 t/s), as every
-                                  split block then pays the q heads' norms and RoPE angles (+5.7 us per attention
-                                  on the critical path) for the one launch (~5.6 us) it saves */
+    bool attn_prep_fused;      /* decode steps' attention preparation inside the attention launch
+                                  (GEMMAC_CUDA_ATTN_PREP_FUSED=0/1; ATTN_PREP_FUSED_DEFAULT). In the split kernel
+                                  it measured slower (H200, E4B q4_0, BENCHMARKS.md eleventh session: tg128 at depth
+                                  512 336 -> 310 t/s): every split block paid the q heads' norms and RoPE angles
+                                  through three block barriers (+5.7 us per attention on the critical path) for
+                                  the one launch (~5.6 us) it saved. The staged kernel prepares a row per warp */
+    bool attn_one_per_seq;     /* decode attention told when its batch holds one token per sequence (its early
+                                  loads; needed by attn_prep_fused). GEMMAC_CUDA_ATTN_ONE_PER_SEQ=0: never */
     int lookahead;             /* ops held back (see "lookahead"): 0 none, 1 products, 2 products and attention */
     void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
     size_t top_bytes;
@@ -484,7 +487,7 @@ static void prof_print(struct prof *p) {
  * quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and ~7 us to
  * each attention launch. */
 enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, PEND_CHAIN = 3, PEND_EPI = 4,
-       LOOKAHEAD_DEFAULT = 0 };
+       LOOKAHEAD_DEFAULT = 0, ATTN_PREP_FUSED_DEFAULT = 0 };
 
 static void pend_flush(cuda_backend *c) {
     const int kind = c->pend.kind;
@@ -1176,7 +1179,8 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
     const gm_cuda_attn at = {.kv = &kv, .n_tokens = a->n_tokens, .pos = dpos, .seq = dseq, .n_head = a->n_head,
                              .window = a->window, .max_keys = max_keys, .tile_tokens = tile, .q = a->q,
                              .out = a->out, .prep = pp ? &cp : NULL,
-                             .one_per_seq = c->attn_prep_fused && one_token_per_seq(a->n_tokens, a->seq)};
+                             .one_per_seq = c->attn_one_per_seq && one_token_per_seq(a->n_tokens, a->seq),
+                             .fuse_prep = c->attn_prep_fused};
     pend_hold_attention(c, &at); /* launched by the next op, with the output quantized when that is a matmul of it */
 }
 
@@ -1386,7 +1390,9 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     const char *he = getenv("GEMMAC_CUDA_HOLD_EPI"); /* 0: tensor-core epilogues never held (see "held epilogues") */
     c->hold_epi = !(he && he[0] == '0');
     const char *ap = getenv("GEMMAC_CUDA_ATTN_PREP_FUSED"); /* 1: the preparation inside decode attention */
-    c->attn_prep_fused = ap && ap[0] == '1';
+    c->attn_prep_fused = ap ? ap[0] == '1' : ATTN_PREP_FUSED_DEFAULT;
+    const char *ae = getenv("GEMMAC_CUDA_ATTN_ONE_PER_SEQ"); /* 0: decode attention told nothing of its batch */
+    c->attn_one_per_seq = !(ae && ae[0] == '0');
     const char *ch = getenv("GEMMAC_CUDA_CHAIN"); /* 1: chains of one-column products (see "chains") */
     c->chains = ch && ch[0] == '1';
     const char *cm = getenv("GEMMAC_CUDA_CHAIN_MAX_MB"); /* chain only products of at most this many MB */

@@ -383,12 +383,14 @@ typedef struct gm_cuda_attn {
     const struct gm_cuda_prep *prep; /* NULL: q is prepared and the tokens' K/V are in the cache. Else the
                                   preparation gm_cuda_attn_prep(prep) makes (same n_tokens, pos, seq, n_head,
                                   head_dim; prep->kv NULL or a->kv's buffers), done first; q's contents are
-                                  unspecified afterwards. With one_per_seq it is fused into the attention launch
-                                  where that runs one token per block: every block prepares its query heads in
-                                  shared memory, and the block whose split holds the token's own key prepares and
-                                  stores its KV head's K/V before reading keys (the same values, bit for bit) */
+                                  unspecified afterwards. With fuse_prep and one_per_seq it is done inside the
+                                  attention launch where that runs one token per block: every block prepares its
+                                  query heads, and the block whose split holds the token's own key prepares and
+                                  stores its KV head's K/V (the same values, bit for bit) */
     int32_t one_per_seq;       /* the caller's promise: no two tokens of the batch share a sequence (a decode step),
-                                  so a token's own key is the only one of the batch it sees */
+                                  so a token's own key is the only one of the batch it sees. The staged kernel then
+                                  requests the older keys of its first tiles before waiting on the launch before */
+    int32_t fuse_prep;         /* allows prep inside the launch (with one_per_seq) */
 } gm_cuda_attn;
 
 /* The attention op's preparation (src/model/backend.h gm_attn_prep) fused with the KV store, one launch: per

@@ -1591,8 +1591,9 @@ static void test_attn_prep(void **state) {
     printf("[ cuda     ] attention preparation (norms, RoPE, cache store): %d cases pass\n", cases);
 }
 
-/* ---- the preparation fused into a decode step's attention (gm_cuda_attn.prep with one_per_seq) against the same
- * preparation launched first (one_per_seq 0): output, quantized output and both caches byte-identical, the cache
+/* ---- the preparation fused into a decode step's attention (gm_cuda_attn.prep with one_per_seq and fuse_prep), and
+ * the launch told of one token per sequence without it (one_per_seq: the staged kernel's early loads), against the
+ * same preparation launched first (one_per_seq 0): output, quantized output and both caches byte-identical, the cache
  * filled with earlier keys beforehand; batches of one token per sequence at positions that put the token's own
  * key in the first, a middle or the last split, in a ring past its wrap, with max_keys exact and rounded up to
  * 256 (as graphs plan it: empty splits), for a layer that stores its K/V and one that reads another's. ---- */
@@ -1622,8 +1623,8 @@ static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window,
     const size_t sb = gm_cuda_attention_scratch_bytes(B, nh, hkv, D, max_keys, tile);
     const int64_t K = (int64_t)nh * D;
     const size_t qb = out_act ? gm_cuda_matmul_scratch_bytes(K, B) : 0;
-    uint8_t *got[2][4]; /* [unfused, fused][out, k cache, v cache, quantized out] */
-    for (int fused = 0; fused < 2; fused++) {
+    uint8_t *got[3][4]; /* [unfused, one_per_seq, fused][out, k cache, v cache, quantized out] */
+    for (int way = 0; way < 3; way++) {
         void *kc = dev_upload(cache0, cache_bytes), *vc = dev_upload(cache0 + cache_bytes, cache_bytes);
         float *dq = dev_upload(q, sizeof(float) * qn), *dout = dev_alloc(sizeof(float) * qn);
         void *dscr = sb ? dev_alloc(sb) : NULL;
@@ -1638,13 +1639,14 @@ static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window,
                                 .base = 1e4f, .freq_scale = 1.0f, .freq_factors = dff, .q_scale = 0.0625f};
         const gm_cuda_attn a = {.kv = &kv, .n_tokens = B, .pos = dpos, .seq = dseq, .n_head = nh, .window = window,
                                 .max_keys = max_keys, .tile_tokens = tile, .q = dq, .out = dout,
-                                .out_act_type = out_act, .out_q = dqo, .prep = &p, .one_per_seq = fused};
+                                .out_act_type = out_act, .out_q = dqo, .prep = &p, .one_per_seq = way >= 1,
+                                .fuse_prep = way == 2};
         CK(gm_cuda_attention(&a, dscr, sb, NULL));
-        got[fused][0] = malloc(sizeof(float) * qn), got[fused][1] = malloc(cache_bytes);
-        got[fused][2] = malloc(cache_bytes), got[fused][3] = qb ? malloc(qb) : NULL;
-        dev_download(got[fused][0], dout, sizeof(float) * qn);
-        dev_download(got[fused][1], kc, cache_bytes), dev_download(got[fused][2], vc, cache_bytes);
-        if (qb) dev_download(got[fused][3], dqo, qb);
+        got[way][0] = malloc(sizeof(float) * qn), got[way][1] = malloc(cache_bytes);
+        got[way][2] = malloc(cache_bytes), got[way][3] = qb ? malloc(qb) : NULL;
+        dev_download(got[way][0], dout, sizeof(float) * qn);
+        dev_download(got[way][1], kc, cache_bytes), dev_download(got[way][2], vc, cache_bytes);
+        if (qb) dev_download(got[way][3], dqo, qb);
         CU(cudaFree(kc)); CU(cudaFree(vc)); CU(cudaFree(dq)); CU(cudaFree(dout));
         if (dscr) CU(cudaFree(dscr));
         if (dqo) CU(cudaFree(dqo));
@@ -1654,14 +1656,17 @@ static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window,
     const size_t sizes[4] = {sizeof(float) * qn, cache_bytes, cache_bytes, qb};
     for (int i = 0; i < 4; i++) {
         if (!sizes[i]) continue;
-        snprintf(what, sizeof what, "fused attention prep %d/%d D=%d %s window=%d%s%s%s%s: %s", nh, hkv, D,
-                 esz == 2 ? "f16" : "f32", window, ring ? " ring" : "", write_kv ? "" : " (reads another layer's cache)",
-                 v_from_k ? " v=k" : "", round_keys ? " (max_keys rounded)" : "", names[i]);
-        expect_bytes_equal(what, got[1][i], got[0][i], sizes[i]);
+        for (int way = 1; way < 3; way++) {
+            snprintf(what, sizeof what, "%s attention prep %d/%d D=%d %s window=%d%s%s%s%s: %s",
+                     way == 2 ? "fused" : "one-per-sequence", nh, hkv, D, esz == 2 ? "f16" : "f32", window,
+                     ring ? " ring" : "", write_kv ? "" : " (reads another layer's cache)", v_from_k ? " v=k" : "",
+                     round_keys ? " (max_keys rounded)" : "", names[i]);
+            expect_bytes_equal(what, got[way][i], got[0][i], sizes[i]);
+        }
     }
     if (write_kv) /* the keys were stored: the cache changed where the batch's tokens are */
-        assert_true(memcmp(got[1][1], cache0, cache_bytes) != 0);
-    for (int f = 0; f < 2; f++)
+        assert_true(memcmp(got[2][1], cache0, cache_bytes) != 0);
+    for (int f = 0; f < 3; f++)
         for (int i = 0; i < 4; i++) free(got[f][i]);
     free(cache0), free(q), free(k), free(v), free(qnw), free(knw), free(ff);
     CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dqn)); CU(cudaFree(dkn)); CU(cudaFree(dff));
@@ -1671,9 +1676,10 @@ static void run_attn_prep_fused(int D, int nh, int hkv, int kv_type, int window,
 static void test_attn_prep_fused(void **state) {
     (void)state;
     int cases = 0;
-    /* the fused preparation is attn_split_kernel's: its own launch is followed by the same kernel (values by threads,
-     * then by warps), not the staged one the default would pick */
-    for (int mode = 0; mode < 2; mode++)
+    /* each decode kernel (values by threads, by warps, staged), its fused preparation against its own launch first:
+     * the split kernel prepares in shared memory, the staged one a row per warp (f16 caches; f32 caches under the
+     * staged mode take the split kernel) */
+    for (int mode = 0; mode < 3; mode++)
     for (int D = 128; D <= 512; D *= 2)
         for (int variant = 0; variant < 6; variant++) {
             gm_cuda_set_attn_decode(mode);
@@ -1686,7 +1692,7 @@ static void test_attn_prep_fused(void **state) {
         }
     gm_cuda_set_attn_decode(-1);
     printf("[ cuda     ] attention preparation fused into decode attention: %d cases byte-identical to its own launch "
-           "(values by threads, then by warps)\n", cases);
+           "(values by threads, by warps, staged)\n", cases);
 }
 
 /* ---- top logits: each row's k best, ids and values bit-identical to the host selection (gm_top_logits_row,
