@@ -11,7 +11,9 @@
  * RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq and fuse_prep, a decode
  * step) inside the attention's blocks: the split kernel's through shared memory and block barriers (measured slower
  * than the launch it saves, H200, E4B q4_0, 2026-12-03: +5.7 us per attention against ~5.6 us), the staged
- * kernel's a row per warp in registers (prep_row_warp). Leaves to others: cache allocation and which layer reads
+ * kernel's a row per warp in registers (prep_row_warp; faster from an empty cache, slower at depth, where every one
+ * of many split blocks prepares its q heads: H200, 2026-12-06, so the backend leaves it off). The early loads gave
+ * +1.0% (tg128) to +1.7% (64 sequences at depth 1024), E4B q4_0. Leaves to others: cache allocation and which layer reads
  * which cache (src/kv, src/model).
  *
  * Cost (Gemma 4 E4B global layer, decode, 4096 keys, D = 512, 2 KV heads, f16): K+V read once per KV head:

@@ -67,9 +67,16 @@ typedef struct cuda_backend {
                                   it measured slower (H200, E4B q4_0, BENCHMARKS.md eleventh session: tg128 at depth
                                   512 336 -> 310 t/s): every split block paid the q heads' norms and RoPE angles
                                   through three block barriers (+5.7 us per attention on the critical path) for
-                                  the one launch (~5.6 us) it saved. The staged kernel prepares a row per warp */
-    bool attn_one_per_seq;     /* decode attention told when its batch holds one token per sequence (its early
-                                  loads; needed by attn_prep_fused). GEMMAC_CUDA_ATTN_ONE_PER_SEQ=0: never */
+                                  the one launch (~5.6 us) it saved. In the staged kernel (a row per warp) it is
+                                  faster from an empty cache but slower at depth (H200, E4B q4_0, BENCHMARKS.md
+                                  twenty-third session: tg128 +0.7%, one sequence at depth 1024 -2%, against the
+                                  early loads alone): every split block prepares its q heads, and a global layer at
+                                  depth 1024 has 64 splits of one tile each (+5 us a global layer on the critical
+                                  path). So it stays off */
+    bool attn_one_per_seq;     /* decode attention told when its batch holds one token per sequence: the staged
+                                  kernel's early loads (the same H200 call: tg128 +1.0%, one sequence at depth 1024
+                                  +1.6%, 64 sequences +1.7%), and needed by attn_prep_fused.
+                                  GEMMAC_CUDA_ATTN_ONE_PER_SEQ=0: never */
     int lookahead;             /* ops held back (see "lookahead"): 0 none, 1 products, 2 products and attention */
     void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
     size_t top_bytes;
