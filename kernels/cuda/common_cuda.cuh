@@ -199,7 +199,11 @@ __device__ __forceinline__ void gmc_gemm_epi_column(const gm_cuda_gemm_epi &e, i
  * that keeps this safe: every such kernel calls gmc_pdl_wait() before it reads anything another kernel writes
  * (activations, the KV cache, integer arrays staged per batch) and before it writes anything; only immutable
  * data (weights) may be touched before it. gmc_pdl_wait() also lets the next kernel launch (its blocks then
- * run up to their own wait: weight prefetches overlap this kernel's tail). Without PDL both are no-ops. */
+ * run up to their own wait: weight prefetches overlap this kernel's tail). Without PDL both are no-ops.
+ * Since every kernel lets the next one launch only after its own wait has returned, a kernel that has started
+ * knows that every launch two or more back on the stream has finished: it may read before its wait what only
+ * those wrote (the staged decode attention's older keys, attention_cuda.cu), never what the launch just before
+ * it writes. */
 __device__ __forceinline__ void gmc_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
