@@ -719,8 +719,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
  * attn_prep_kernel's arithmetic to the bit: the RMS sums in gmc_row_rms_scale's order under PREP_THREADS threads
  * (thread τ = 32·w + lane adds elements τ, τ + 128, ...; each of the four virtual warps' sums by the same
  * shuffles; their four sums as gmc_warp_sum adds them: (w0 + w2) + (w1 + w3)), the norm, then RoPE slot by slot
- * (gmc_rope_rotate; the pass-through elements times scale as gmc_rope_pass). No barrier, no shared memory: the
- * rows of a block go to its warps side by side. RoPE pairs must lie in one lane: half = n_rot / 2 a multiple of
+ * (gmc_rope_rotate; the pass-through elements times scale as gmc_rope_pass). No barrier: the rows of a block go
+ * to its warps side by side. RoPE pairs must lie in one lane: half = n_rot / 2 a multiple of
  * 32 (rope_by_warps). */
 static_assert(PREP_THREADS == 128, "prep_row_warp replays 128 threads' sums");
 static bool rope_by_warps(int n_rot) { return n_rot % 64 == 0; }
@@ -737,8 +737,7 @@ __device__ __forceinline__ void rope_angles_warp(float (&sn)[NS], float (&cs)[NS
         if (j >= hj) break;
         if (j)
             for (int k = 0; k < 32; k++) theta = __fmul_rn(theta, theta_scale);
-        const float f = ff ? ff[lane + 32 * j] : 1.0f;
-        sincosf(__fmul_rn(freq_scale, __fdiv_rn(theta, f)), &sn[j], &cs[j]);
+        gmc_rope_sincos_of(theta, lane + 32 * j, freq_scale, ff, sn[j], cs[j]);
     }
 }
 
@@ -868,6 +867,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
         seq_base = (size_t)seq[t] * n_slots;
     };
     bool own = false; /* PREP: this block prepares and stores the token's own K/V (its split holds key p) */
+    /* q's value x at (row r, dim e) as its two f16 parts */
+    auto put_q = [&](int r, int e, float x) {
+        const __half hi = __float2half_rn(x);
+        q_h[0][r][e] = hi, q_h[1][r][e] = __float2half_rn(x - __half2float(hi));
+    };
 
     /* Rows of tile i into stage i % NST, by part: ROWS_OLD the keys before the token's own (stored by launches
      * that finished before this one's predecessor: safe to read before gmc_pdl_wait) and the rows past the split,
@@ -883,11 +887,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
             const int kp = LO + c0 + min(j, cn - 1);
             const bool is_new = j < cn && kp == p;
             if (part == ROWS_OLD ? is_new : part == ROWS_NEW ? !is_new : false) continue;
-            if (PREP && is_new && own) {
-                *(uint4 *)(kd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[PREP ? 1 : 0][pc * 8];
-                *(uint4 *)(vd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
-                continue;
-            }
+            if constexpr (PREP)
+                if (is_new && own) {
+                    *(uint4 *)(kd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[1][pc * 8];
+                    *(uint4 *)(vd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
+                    continue;
+                }
             const size_t at = ((seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh) * D + pc * 8;
             const int nb = j < cn ? 16 : 0;
             cp_async16(kd + j * D + staged_at(j, pc), kc + at, nb);
@@ -902,8 +907,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
 
     /* early (a decode launch: one token per sequence, so the token's own key is the only one this step stores):
      * the first tiles' older rows are requested before the wait, overlapping the launch before; they join the first
-     * tile's group */
-    /* PREP (early is set): what the preparation needs of immutable data and of the positions, before the wait too:
+     * tile's group. PREP (early is set): also what the preparation needs of immutable data and of the positions:
      * the RoPE angles in registers (warps with rows), the norm weights in shared memory (w_s: q's, then K's) */
     constexpr int NJ = D / 32;
     float sn[PREP ? NJ / 2 : 1], cs[PREP ? NJ / 2 : 1];
@@ -934,9 +938,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
         }
         for (int i = threadIdx.x; i < 8 * D; i += ATT_THREADS) {
             const int r = i / D, e = i % D;
-            const float x = r < G ? q[((size_t)t * n_head + (size_t)kvh * G + r) * D + e] : 0.0f;
-            const __half hi = __float2half_rn(x);
-            q_h[0][r][e] = hi, q_h[1][r][e] = __float2half_rn(x - __half2float(hi));
+            put_q(r, e, r < G ? q[((size_t)t * n_head + (size_t)kvh * G + r) * D + e] : 0.0f);
         }
     } else {
         /* the preparation (early is set): warp w prepares rows w, w + 4, ... of the G query heads, then, in the block
@@ -960,10 +962,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
             if (r < G) {
                 prep_row_warp<D>(x, pr.q_norm != NULL, pr.q_norm ? w_s[0] : NULL, pr.eps, hj, sn, cs, pr.q_scale, lane);
 #pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    const __half hi = __float2half_rn(x[j]);
-                    q_h[0][r][lane + 32 * j] = hi, q_h[1][r][lane + 32 * j] = __float2half_rn(x[j] - __half2float(hi));
-                }
+                for (int j = 0; j < NJ; j++) put_q(r, lane + 32 * j, x[j]);
             } else {
                 if (r == G) prep_row_warp<D>(x, pr.v_norm != 0, NULL, pr.eps, 0, sn, cs, 1.0f, lane);
                 else prep_row_warp<D>(x, pr.k_norm != NULL, pr.k_norm ? w_s[1] : NULL, pr.eps, hj, sn, cs, 1.0f, lane);
@@ -978,8 +977,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
 #pragma unroll
                 for (int j = 0; j < NJ; j++) x[j] = xn[j];
         }
-        for (int i = threadIdx.x; i < (8 - G) * D; i += ATT_THREADS)
-            q_h[0][G + i / D][i % D] = q_h[1][G + i / D][i % D] = __float2half_rn(0.0f);
+        for (int i = threadIdx.x; i < (8 - G) * D; i += ATT_THREADS) put_q(G + i / D, i % D, 0.0f);
     }
     for (int i = threadIdx.x; i < 2 * 8 * PH; i += ATT_THREADS) (&p_h[0][0][0])[i] = __float2half_rn(0.0f);
     if (threadIdx.x < G) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;

@@ -129,13 +129,17 @@ __device__ __forceinline__ void gmc_residual_update(float *xr, const float *add,
  * multiplication, as gm_ref_rope_neox; ff NULL: 1), the others scale the pass-through dims n_rot + 2(i - n_rot/2)
  * and +1. Each slot touches its own elements, so the slots of a head may run in parallel. In three parts so that
  * heads at one position can share a slot's sine and cosine (gmc_rope_sincos, then gmc_rope_rotate per head). */
+__device__ __forceinline__ void gmc_rope_sincos_of(float theta, int i, float freq_scale, const float *ff, float &s,
+                                                   float &c) { /* slot i's, from its theta */
+    const float f = ff ? ff[i] : 1.0f;
+    const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
+    sincosf(angle, &s, &c);
+}
 __device__ __forceinline__ void gmc_rope_sincos(int i, float pos, float theta_scale, float freq_scale, const float *ff,
                                                 float &s, float &c) {
     float theta = pos;
     for (int k = 0; k < i; k++) theta = __fmul_rn(theta, theta_scale);
-    const float f = ff ? ff[i] : 1.0f;
-    const float angle = __fmul_rn(freq_scale, __fdiv_rn(theta, f));
-    sincosf(angle, &s, &c);
+    gmc_rope_sincos_of(theta, i, freq_scale, ff, s, c);
 }
 __device__ __forceinline__ void gmc_rope_rotate(float *h, int i, int half, float s, float c, float scale) {
     const float x0 = h[i], x1 = h[i + half];
