@@ -948,7 +948,8 @@ static bool gemm_path(cuda_backend *c, gm_cuda_multi *m, const gm_cuda_act_in *i
             void *xh = c->gemm_act[i];
             float *cs = (float *)((uint8_t *)xh + xh_bytes);
             c->pend.kind = PEND_NONE;
-            if (k_ok(c, gm_cuda_prepare_act_f16(in, xh, cs, &c->pend.epi, c->stream), "GEMM input"))
+            const int order = q ? gm_cuda_qgemm_act_order(m, in->n) : GM_CUDA_ACT_ORDER_NATURAL;
+            if (k_ok(c, gm_cuda_prepare_act_f16(in, xh, cs, &c->pend.epi, order, c->stream), "GEMM input"))
                 ready = (gm_cuda_f16_act){.xh = xh, .col_scale = cs};
         }
     }
@@ -1372,6 +1373,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (mq && *mq) gm_cuda_set_mmq_max_n(atoi(mq));
     const char *qm = getenv("GEMMAC_CUDA_QGEMM_MAX_N"); /* largest batch of q4_0 products from the blocks */
     if (qm && *qm) gm_cuda_set_qgemm_max_n(atoi(qm));
+    const char *qk = getenv("GEMMAC_CUDA_QGEMM_WG"); /* such products on the warpgroup (wgmma) kernel: 1 all, 0 none */
+    if (qk && *qk) gm_cuda_set_qgemm_kernel(atoi(qk));
     const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* most blocks such a product's K is split over */
     if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     const char *qw = getenv("GEMMAC_CUDA_QGEMM_WARP_ROWS"); /* rows a warp of such a product takes: 16 or 32 */
@@ -1413,6 +1416,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
         cuda_free(&c->base);
         return st;
     }
+    /* asked now, outside any stream capture: the answer is cached, and asking copies from the device */
+    (void)gm_cuda_qgemm_wg_available();
     if (pe && pe[0] == '1' && (c->prof = calloc(1, sizeof *c->prof))) {
         c->graphs = false; /* every op is launched, so each can be timed */
         for (int i = 0; i < PROF_EVENTS; i++) cudaEventCreate(&c->prof->ev[i]);

@@ -223,6 +223,17 @@ __device__ __forceinline__ void gmc_prefetch_l2(const void *p, uint64_t bytes, i
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
 }
 
+/* Where value k of a row lies in an f16 input of order GM_CUDA_ACT_ORDER_QG (ops_cuda.h): the order in which
+ * qgemm_cuda.cu's warpgroup kernel reads a 128-value chunk, so that its k16 steps are contiguous 16-value runs of
+ * the row and go into shared memory as they lie. Step s = 2·jw + hh of a chunk holds, at 2t + e and 8 + 2t + e
+ * (e = 0, 1: lane t's two f16 pairs), the chunk's values 32t + 16hh + 4jw + e and + 2 + e: the low (hh = 0) or
+ * high nibbles of bytes 4jw .. 4jw + 3 of q4_0 block t, i.e. one 32-bit word of that block. A bijection of each
+ * chunk onto itself. */
+__device__ __forceinline__ int gmc_qg_act_pos(int k) {
+    const int t = (k >> 5) & 3, hh = (k >> 4) & 1, jw = (k >> 2) & 3, e = k & 3;
+    return (k & ~127) | (jw << 5) | (hh << 4) | ((e & 2) << 2) | (t << 1) | (e & 1);
+}
+
 /* cp.async of 16 (through L2 only), 8 or 4 bytes into shared memory; src_bytes 0 fills zeros (tiles past K). */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -228,7 +228,7 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
         if (ready) return gm_cuda_qgemm(m, ready->xh, ready->col_scale, n, stream);
         __half *xf = (__half *)scratch;
         float *cs = (float *)((uint8_t *)scratch + align256((size_t)n * K * 2));
-        const int rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, stream);
+        const int rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, gm_cuda_qgemm_act_order(m, n), stream);
         return rc ? rc : gm_cuda_qgemm(m, xf, cs, n, stream);
     }
     if (!cublas) return gmc_fail(-1, "gemm_multi: no cuBLAS handle");
@@ -251,7 +251,7 @@ extern "C" int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm
     float *Y = (float *)p;
     int rc = 0;
     if (ready) xf = (__half *)ready->xh, cs = (float *)ready->col_scale;
-    else if ((rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, stream))) return rc;
+    else if ((rc = gm_cuda_prepare_act_f16(in, xf, cs, NULL, GM_CUDA_ACT_ORDER_NATURAL, stream))) return rc;
     cublasHandle_t h = (cublasHandle_t)cublas;
     if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return gmc_fail(-1, "gemm_multi: cublasSetStream failed");
     /* chunks of rows: the whole stack at once, except a single large matrix (rows < mtot) */

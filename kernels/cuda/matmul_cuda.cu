@@ -136,6 +136,7 @@ template <int VPL, int MAXT, bool FIRST>
 __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in in, int act_type,
                                                             int8_t *__restrict__ xq, float *__restrict__ xd,
                                                             float *__restrict__ xf, __half *__restrict__ xh,
+                                                            int xh_order,
                                                             const __grid_constant__ gm_cuda_gemm_epi first) {
     __shared__ float part[32];
     const int64_t r = blockIdx.x;
@@ -205,7 +206,9 @@ __global__ void __launch_bounds__(MAXT) act_prep_reg_kernel(const gm_cuda_act_in
 #pragma unroll
         for (int i = 0; i < VPL; i++) {
             const int b = warp + i * W;
-            if (b < nb) xh[r * K + 32 * b + lane] = __float2half_rn(ldexpf(v[i], -e));
+            if (b >= nb) continue;
+            const int k = 32 * b + lane;
+            xh[r * K + (xh_order == GM_CUDA_ACT_ORDER_QG ? gmc_qg_act_pos(k) : k)] = __float2half_rn(ldexpf(v[i], -e));
         }
         if (threadIdx.x == 0) xd[r] = ldexpf(1.0f, e);
         return;
@@ -965,7 +968,7 @@ extern "C" int gm_cuda_matmul(const gm_cuda_mat *w, const float *x, int32_t n, f
 /* The f16 form (f16_row_exponent) for rows act_prep_reg_kernel does not take: one block per row (256 or 1024
  * threads: gm_cuda_prepare_act_f16), the input prepared as act_prep_kernel does (residual update, rmsnorm). */
 __global__ void __launch_bounds__(1024) act_f16_kernel(const gm_cuda_act_in in, __half *__restrict__ out,
-                                                      float *__restrict__ col_scale,
+                                                      float *__restrict__ col_scale, int out_order,
                                                       const __grid_constant__ gm_cuda_gemm_epi first) {
     gmc_pdl_wait();
     const int64_t c = blockIdx.x;
@@ -991,7 +994,7 @@ __global__ void __launch_bounds__(1024) act_f16_kernel(const gm_cuda_act_in in, 
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
         float v = in.norm ? __fmul_rn(xr[i], rs) : xr[i];
         if (w) v = __fmul_rn(v, w[i]);
-        out[c * K + i] = __float2half_rn(ldexpf(v, -e));
+        out[c * K + (out_order == GM_CUDA_ACT_ORDER_QG ? gmc_qg_act_pos(i) : i)] = __float2half_rn(ldexpf(v, -e));
     }
     if (threadIdx.x == 0) col_scale[c] = ldexpf(1.0f, e);
 }
@@ -1022,7 +1025,7 @@ int gmc_prep_reg_warps(int64_t K) {
 /* act_prep_reg_kernel where it takes the rows; false (nothing launched) for other rows. first: a held epilogue
  * to run first (f16 output only), or NULL. */
 static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, float *ds, float *xf, __half *xh,
-                            const gm_cuda_gemm_epi *first, cudaStream_t stream) {
+                            int xh_order, const gm_cuda_gemm_epi *first, cudaStream_t stream) {
     const int64_t nb = in->K / 32;
     const int warps = gmc_prep_reg_warps(in->K);
     if (!warps) return false;
@@ -1032,7 +1035,7 @@ static bool launch_prep_reg(const gm_cuda_act_in *in, int act_type, int8_t *q, f
     const gm_cuda_gemm_epi none = {};
     const gm_cuda_gemm_epi &e = first ? *first : none;
 #define GMC_PREP1(V, T, F) gmc_launch(act_prep_reg_kernel<V, T, F>, grid, 32 * warps, smem, stream, *in, act_type, q, ds, \
-                                      xf, xh, e)
+                                      xf, xh, xh_order, e)
 #define GMC_PREP(V, T)                                                                                                \
     do {                                                                                                              \
         if (first) GMC_PREP1(V, T, true);                                                                             \
@@ -1062,24 +1065,25 @@ extern "C" int gm_cuda_prepare_act(const gm_cuda_act_in *in, int32_t act_type, v
         return gmc_fail(-1, "prepare_act: bad arguments (type %d)", act_type);
     int8_t *q = (int8_t *)out;
     float *ds = (float *)((uint8_t *)out + align16((size_t)in->n * in->K));
-    if (!launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, NULL, stream))
+    if (!launch_prep_reg(in, act_type, q, ds, (float *)out, NULL, GM_CUDA_ACT_ORDER_NATURAL, NULL, stream))
         gmc_launch(act_prep_kernel, (unsigned)in->n, 256, 0, stream, *in, (int)act_type, q, ds, (float *)out);
     return gmc_check_launch("prepare_act");
 }
 
 extern "C" int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale,
-                                       const gm_cuda_gemm_epi *first, gm_cuda_stream stream) {
-    if (!in || in->K > (1 << 30) || in->n <= 0 || !in->x || !xh || !col_scale)
+                                       const gm_cuda_gemm_epi *first, int32_t order, gm_cuda_stream stream) {
+    if (!in || in->K > (1 << 30) || in->n <= 0 || !in->x || !xh || !col_scale ||
+        (order != GM_CUDA_ACT_ORDER_NATURAL && (order != GM_CUDA_ACT_ORDER_QG || in->K % 128)))
         return gmc_fail(-1, "prepare_act_f16: bad arguments");
     if (first && first->n == 0) first = NULL;
     if (first && (first->n != in->n || !first->Y || !first->col_scale || first->out_rows <= 0))
         return gmc_fail(-1, "prepare_act_f16: a held epilogue of %d columns before %d", first->n, in->n);
     /* rows act_prep_reg does not take (past 8192 values: the down projection's input) get 1024 threads: with
      * 256, a 10240-value row was 40 dependent loads a thread per pass, 12 us for 64 rows (H200, E4B) */
-    if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, first, stream)) {
+    if (!launch_prep_reg(in, GMC_F16, NULL, col_scale, NULL, (__half *)xh, order, first, stream)) {
         const gm_cuda_gemm_epi none = {};
         gmc_launch(act_f16_kernel, (unsigned)in->n, in->K >= 8192 || first ? 1024 : 256, 0, stream, *in, (__half *)xh,
-                   col_scale, first ? *first : none);
+                   col_scale, (int)order, first ? *first : none);
     }
     return gmc_check_launch("prepare_act_f16");
 }

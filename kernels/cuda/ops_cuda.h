@@ -116,9 +116,13 @@ typedef struct gm_cuda_gemm_epi {
  * row c is prepared: row c of every output of first is written, then row c of in->x / in->res_add is read, so
  * either may be one of first's outputs (with ldy = K) and the results are those of gm_cuda_gemm_epilogue(first)
  * followed by this preparation, to the bit. Neither in->x nor in->res_add may otherwise overlap first's outputs
- * or mul, and xh / col_scale must not be first's Y / col_scale. */
+ * or mul, and xh / col_scale must not be first's Y / col_scale. order: how a row's values lie in xh, as the product
+ * that reads it wants (gm_cuda_qgemm_act_order): GM_CUDA_ACT_ORDER_NATURAL (value k at k, what cuBLAS reads) or
+ * GM_CUDA_ACT_ORDER_QG (K a multiple of 128; each 128-value chunk permuted onto itself, common_cuda.cuh's
+ * gmc_qg_act_pos). */
+enum { GM_CUDA_ACT_ORDER_NATURAL = 0, GM_CUDA_ACT_ORDER_QG = 1 };
 int gm_cuda_prepare_act_f16(const gm_cuda_act_in *in, void *xh, float *col_scale, const gm_cuda_gemm_epi *first,
-                            gm_cuda_stream stream);
+                            int32_t order, gm_cuda_stream stream);
 /* A held epilogue run on its own (one launch). */
 int gm_cuda_gemm_epilogue(const gm_cuda_gemm_epi *e, gm_cuda_stream stream);
 /* Up to three matrices of ONE type and width multiplied against the same activations in one launch per 8
@@ -218,9 +222,18 @@ int gm_cuda_gemm_multi(void *cublas, const gm_cuda_multi *m, const gm_cuda_act_i
  * xh / col_scale: gm_cuda_prepare_act_f16's (xh 16-byte aligned). Products of few rows split K over the blocks of
  * a cluster. */
 int gm_cuda_qgemm_eligible(const gm_cuda_multi *m, int32_t n);
+/* The order of the f16 input gm_cuda_qgemm reads for m at n columns (GM_CUDA_ACT_ORDER_*; its kernel decides). */
+int gm_cuda_qgemm_act_order(const gm_cuda_multi *m, int32_t n);
 int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float *col_scale, int32_t n, gm_cuda_stream stream);
-/* Largest batch for it (beyond: cuBLAS; -1: the default, 32; 0 = off). Process-wide; GEMMAC_CUDA_QGEMM_MAX_N sets
- * it when a CUDA backend is created. */
+/* Which kernel gm_cuda_qgemm runs: 1 the warpgroup kernel (wgmma, sm_90a builds on a compute-capability 9.0
+ * device: H100, H200; the input in GM_CUDA_ACT_ORDER_QG), 0 the warp kernel (mma.sync, any sm_80+; the natural
+ * order); anything else: the default, the warpgroup kernel from 17 columns where it runs and the warp kernel below.
+ * Process-wide; GEMMAC_CUDA_QGEMM_WG sets it when a CUDA backend is created.
+ * gm_cuda_qgemm_wg_available: 1 when the warpgroup kernel can run on the current device. */
+void gm_cuda_set_qgemm_kernel(int wg);
+int gm_cuda_qgemm_wg_available(void);
+/* Largest batch for it (beyond: cuBLAS; -1: the default, 64 where the warpgroup kernel runs, else 32; 0 = off).
+ * Process-wide; GEMMAC_CUDA_QGEMM_MAX_N sets it when a CUDA backend is created. */
 void gm_cuda_set_qgemm_max_n(int n);
 /* Most blocks a product's K is split over (1: none; anything outside 1..8: the default, 8). For tests and
  * benchmarks; GEMMAC_CUDA_QGEMM_SPLITS. */

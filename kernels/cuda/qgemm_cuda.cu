@@ -1,9 +1,13 @@
 /* qgemm_cuda.cu: y[n][M] = x[n][K] · Wᵀ for q4_0 weights in their device layout (GMC_Q4_0_G8) and
  * GM_CUDA_GEMM_MIN_N .. gm_cuda_set_qgemm_max_n columns on the f16 tensor cores, the weights dequantized in
  * registers straight from their blocks (no f16 copy read, none needed), m's epilogue in the same launch: the
- * batched-decoding path for 16-64 sequences. Owns the kernel, its split of K over blocks and its knobs.
- * Leaves to others: the activations (gm_cuda_prepare_act_f16: f16 [n][K] with a power-of-two scale per column,
- * as for cuBLAS), which batches come here (gemm_cuda.cu's gm_cuda_gemm_multi), longer batches (cuBLAS on f16).
+ * batched-decoding path for 16-64 sequences. Owns two kernels, which batches each takes, their split of K over
+ * blocks and their knobs: the warp kernel (mma.sync, sm_80+; below) and the warpgroup kernel (wgmma, sm_90a; "the
+ * warpgroup kernel" further down), which by default takes batches of 17-32 columns and, up to 64, the products of
+ * 8 MB of weights or more (H100: E4B q4_0, 32 sequences +7.8%, 64 sequences +6.9%; BENCHMARKS.md, twenty-fourth
+ * session). Leaves to others: the activations (gm_cuda_prepare_act_f16: f16 [n][K] with a power-of-two scale per
+ * column, as for cuBLAS, in the order the kernel reads: gm_cuda_qgemm_act_order), which batches come here
+ * (gemm_cuda.cu's gm_cuda_gemm_multi), longer batches (cuBLAS on f16).
  *
  * Why: at 16-64 sequences the cuBLAS path reads the f16 copies of the weights (E4B: 9.2 GB a step, ~2.1 ms at
  * 4.3 TB/s) and writes f32 products that an epilogue launch reads back; the q4_0 blocks are 2.6 GB. The twelfth
@@ -56,7 +60,16 @@ enum {
     QG_MAX_SPLITS = 8,       /* ... in at most this many: the blocks of a tile are one cluster (portable size) */
     QG_MIN_CHUNKS = 2,       /* ... but give each split at least this many chunks */
     QG_EPI_UNROLL = 4,
-    QG_MAX_N_DEFAULT = 32
+    QG_MAX_N_DEFAULT = 32,   /* the largest batch by default: 32 with the warp kernel only, */
+    QG_MAX_N_WG_DEFAULT = 64, /* and where the warpgroup kernel runs, but past 32 columns only for products of at least
+                                 QG_WG_BIG_BYTES of weights: H100, E4B q4_0 at depth 1024, every product of 64
+                                 sequences on it gave 7,690 t/s against 7,970 through cuBLAS on f16 copies in a CUDA
+                                 graph (its launches average 17.4 us of critical path; cuBLAS's small products ~6) */
+    QG_WG_BIG_BYTES = 8 << 20, /* (E4B: the GeGLU, 29.5 MB, and the down projection, 14.7 MB, of a layer's seven) */
+    QG_WG_MIN_N = 17,        /* by default the warpgroup kernel takes batches from this many columns, the warp kernel
+                                smaller ones (H100 probe: at 16 columns the warp kernel is as fast or faster, at 32 the
+                                warpgroup kernel: 32 sequences +7.8%) */
+    QG_WG_DEFAULT = -1       /* by the batch, as above */
 };
 static_assert(2 * (QG_KC / 2) == Q4_0_G8_BYTES - 16, "a chunk is half a G8 group's quant bytes");
 
@@ -67,10 +80,11 @@ static constexpr size_t qg_smem_bytes() {
                                                                                   : (size_t)8 * NT * QG_TS * 4;
 }
 
-static int g_qgemm_max_n = QG_MAX_N_DEFAULT, g_qgemm_max_splits = QG_MAX_SPLITS, g_qgemm_warp_rows = 0,
+static int g_qgemm_wg = QG_WG_DEFAULT; /* gm_cuda_set_qgemm_kernel */
+static int g_qgemm_max_n = -1 /* the default: qg_max_n */, g_qgemm_max_splits = QG_MAX_SPLITS, g_qgemm_warp_rows = 0,
            g_qgemm_block_cols = 0;
 
-extern "C" void gm_cuda_set_qgemm_max_n(int n) { g_qgemm_max_n = n >= 0 ? n : QG_MAX_N_DEFAULT; }
+extern "C" void gm_cuda_set_qgemm_max_n(int n) { g_qgemm_max_n = n >= 0 ? n : -1; }
 extern "C" void gm_cuda_set_qgemm_warp_rows(int rows) { g_qgemm_warp_rows = rows == 16 || rows == 32 ? rows : 0; }
 extern "C" void gm_cuda_set_qgemm_block_cols(int cols) {
     g_qgemm_block_cols = cols == 16 || cols == 32 || cols == 64 ? cols : 0;
@@ -151,12 +165,88 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
     }
 }
 
+/* The end of a block of either kernel: its accumulators (acc[mt][j][e]: rows warp·16·MT + 16mt + g (+ 8 for e >= 2),
+ * columns 8j + 2t (+ 1 for odd e)) into the output tile in shared memory (smem, free now), then the epilogue: alone,
+ * or with the other blocks of its cluster when K is split. */
+template <int NT, int MT>
+__device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const float (&acc)[MT][NT][4], uint8_t *smem) {
+    constexpr int BN = 8 * NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, z = blockIdx.z;
+    float *ts = (float *)smem; /* [BN][QG_TS]: column-major, so the stores below go along rows */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
+    __syncthreads();
+
+    const int out_rows = a.epi == GM_CUDA_EPI_GEGLU ? QG_BM / 2 : QG_BM, n_out = BN * out_rows;
+    if (gridDim.z == 1) {
+        const float *own[1] = {ts};
+        qg_epilogue<1>(a, rb, n0, 0, n_out, own);
+        return;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* split K: the z blocks of a tile are one cluster; each adds up its share of the tile's outputs from every
+     * block's shared memory (in rank order: deterministic) and stores them */
+    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+    cl.sync(); /* every partial tile is in its block's shared memory */
+    const float *peer[QG_MAX_SPLITS];
+#pragma unroll
+    for (int k = 0; k < QG_MAX_SPLITS; k++) peer[k] = cl.map_shared_rank(ts, k < (int)gridDim.z ? k : 0);
+    const int share = (n_out + (int)gridDim.z - 1) / (int)gridDim.z;
+    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(n_out, (z + 1) * share), peer);
+    cl.sync(); /* no block leaves while another reads its shared memory */
+#endif
+}
+
 /* A chunk's weights for one lane: the 16 quant bytes of its block in rows g and g + 8 of each of its MT m-tiles,
  * and the two blocks' scales (row g's in the low half). */
 template <int MT>
 struct QgW {
     uint4 q[MT][2];
     uint32_t d[MT];
+};
+
+/* A lane's weight rows and how it loads a chunk's weights from them (both kernels): m-tile mt's row g (h = 0) or
+ * g + 8 (h = 1) of the warp's rows (from row0 of the block's), at the split's first chunk c0 plus its block 16t (the
+ * scales: 128 + 2t further); rows past the matrices read row 0 of the first (never stored). */
+template <int MT>
+struct QgRows {
+    const uint8_t *row[MT][2];
+    int c0, n_ch, t;
+    __device__ __forceinline__ QgRows(const QgArgs &a, int rb, int row0, int g, int t_, int c0_, int n_ch_)
+        : c0(c0_), n_ch(n_ch_), t(t_) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int seg;
+                int64_t r;
+                if (!qg_row(a, rb, row0 + mt * 16 + g + 8 * h, seg, r)) seg = 0, r = 0;
+                row[mt][h] = a.W[seg] + (uint64_t)r * a.row_bytes[seg] + (size_t)(c0 >> 1) * Q4_0_G8_BYTES + 16 * t;
+            }
+    }
+    /* chunk ch (of the split) into w: its group's bytes, then 64 bytes (4 blocks) into it for an odd chunk */
+    __device__ __forceinline__ void load(int ch, QgW<MT> &w) const {
+        if (ch >= n_ch) return;
+        const uint32_t half = ((c0 & 1) + ch) & 1;
+        const uint32_t oq = (uint32_t)(((c0 & 1) + ch) >> 1) * Q4_0_G8_BYTES + half * 64;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) w.q[mt][h] = __ldg((const uint4 *)(row[mt][h] + oq));
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            /* the scale of block 4·(chunk & 1) + t: 128 + 2·that from the group, i.e. from the lane's quants
+             * (16t + 64·(chunk & 1) on) 128 - 14t - 56·(chunk & 1) further */
+            const uint32_t so = oq + 128 - 14 * (uint32_t)t - 56 * half;
+            w.d[mt] = (uint32_t)gmc_ld16(row[mt][0] + so) | ((uint32_t)gmc_ld16(row[mt][1] + so) << 16);
+        }
+    }
 };
 
 /* Threads of a block of MT m-tiles a warp (128 rows), and the blocks per SM its registers must allow. */
@@ -168,7 +258,7 @@ struct QgShape {
 template <int NT, int MT>
 __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
     qgemm_q4_0_kernel(const __grid_constant__ QgArgs a) {
-    extern __shared__ __align__(16) uint8_t qg_smem[]; /* QG_STAGES stages of activations, then the output tile */
+    extern __shared__ __align__(128) uint8_t qg_smem[]; /* QG_STAGES stages of activations, then the output tile */
     constexpr int BN = 8 * NT, STAGE_BYTES = BN * QG_XS * 2, THREADS = QgShape<MT>::THREADS;
     constexpr int P = NT * MT <= 4 ? 3 : 2; /* chunks of weights in flight */
     constexpr int X_UNITS = BN * 16 / THREADS; /* 16-byte units of a stage each thread copies */
@@ -177,36 +267,8 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
     const int rb = blockIdx.x, n0 = blockIdx.y * BN, z = blockIdx.z;
     const int c0 = z * a.chunks_per_split, n_ch = min(a.n_chunks - c0, a.chunks_per_split);
 
-    /* this lane's weight rows: m-tile mt, row g (h = 0) or g + 8 (h = 1), at the split's first chunk plus its block
-     * 16t (the scales: 128 + 2t further); rows past the matrices read row 0 of the first (never stored) */
-    const uint8_t *wrow[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int seg;
-            int64_t row;
-            if (!qg_row(a, rb, warp * 16 * MT + mt * 16 + g + 8 * h, seg, row)) seg = 0, row = 0;
-            wrow[mt][h] = a.W[seg] + (uint64_t)row * a.row_bytes[seg] + (size_t)(c0 >> 1) * Q4_0_G8_BYTES + 16 * t;
-        }
-    /* chunk ch's bytes from there: its group, then 64 bytes (4 blocks) into it for an odd chunk */
-    auto w_off = [&](int ch) { return (uint32_t)(((c0 & 1) + ch) >> 1) * Q4_0_G8_BYTES + (uint32_t)(((c0 & 1) + ch) & 1) * 64; };
-    auto load_w = [&](int ch, QgW<MT> &w) {
-        if (ch >= n_ch) return;
-        const uint32_t half = ((c0 & 1) + ch) & 1, oq = w_off(ch);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) w.q[mt][h] = __ldg((const uint4 *)(wrow[mt][h] + oq));
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            /* the scale of block 4·(chunk & 1) + t: 128 + 2·that from the group, i.e. from the lane's quants
-             * (16t + 64·(chunk & 1) on) 128 - 14t - 56·(chunk & 1) further */
-            const uint32_t so = oq + 128 - 14 * (uint32_t)t - 56 * half;
-            w.d[mt] = (uint32_t)gmc_ld16(wrow[mt][0] + so) | ((uint32_t)gmc_ld16(wrow[mt][1] + so) << 16);
-        }
-    };
+    const QgRows<MT> wr(a, rb, warp * 16 * MT, g, t, c0, n_ch);
+    auto load_w = [&](int ch, QgW<MT> &w) { wr.load(ch, w); };
     /* the activations of chunk ch into its stage: unit u (16 bytes, k 8u .. 8u + 7) of column col at 16-byte unit
      * u ^ (u >> 3 & 1) of the column; columns past n: zeros. Thread i copies unit i % 16 of columns i / 16 +
      * (THREADS / 16)·v. */
@@ -301,34 +363,232 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
     }
     cp_async_wait<0>();
     __syncthreads(); /* the stages become the output tile */
+    qg_finish<NT, MT>(a, rb, n0, acc, qg_smem);
+}
 
-    float *ts = (float *)qg_smem; /* [BN][QG_TS]: column-major, so the stores below go along rows */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
-    __syncthreads();
+/* ---- the warpgroup kernel (sm_90a: wgmma) ----
+ * Two warpgroups a block, 64 rows each (QG_BM in all), all the block's BN = 8·NT columns: per k16 step a warpgroup
+ * issues one wgmma.m64nBNk16 whose A (the weights) comes from registers, dequantized as the warp kernel does (each
+ * warp 16 rows: wgmma's A fragment is mma.m16n8k16's, warp by warp), and whose B (the activations) comes straight
+ * from shared memory through a descriptor. So the warps issue no mma and no B loads; the tensor cores work on one
+ * half chunk while the warps dequantize the next (wgmma is asynchronous: two register sets of A, a commit group a
+ * half chunk). The input is in GM_CUDA_ACT_ORDER_QG: a k16 step's 16 values are one contiguous run, so a stage is
+ * copied as it lies (cp.async, 16 bytes, a column's 256 bytes by 16 consecutive threads) into wgmma's K-major layout
+ * with the 128-byte swizzle: the chunk's two halves of 64 values (128 bytes a column) are two atoms, BN·128 bytes
+ * apart; in an atom column n's 16-byte unit c lies at n·128 + 16·(c ^ n % 8), so that the tensor cores' reads of 8
+ * columns at once and the copies' writes both touch every bank once; a descriptor starts at its step's 32 bytes of
+ * the atom's first column, column groups of 8 SBO = 1024 bytes apart. (Without the swizzle, core matrices of 128
+ * contiguous bytes, Nsight Compute counted 67% of the shared-memory wavefronts excessive and the kernel ran at the
+ * warp kernel's speed: H100, GeGLU at 64 columns.) The chunk's weights come through the same stage (cp.async: 4
+ * threads a row's 64 quant bytes, 2 its 8 scale bytes), and each lane reads its block of its two rows from there.
+ * QG_WG_STAGES stages, loaded QG_WG_STAGES - 2 chunks ahead: a stage is refilled only once every wgmma that read it
+ * has completed (each warpgroup waits for all but its last group before the block's barrier).
+ * Measured (H100, bench/cuda_mmq_probe, us with the input's preparation; cuBLAS on f16 copies / warp kernel / this):
+ * GeGLU 2 x 10240 x 2560 at 32 columns 52 / 27 / 27, at 64 53 / 44 / 34; down 2560 x 10240 at 32 34 / 28 / 21, at
+ * 64 35 / 43 / 27. Where its time goes (Nsight Compute, GeGLU at 64 columns): 0.35 instructions issued per
+ * scheduler cycle with 3.7 warps resident (2 blocks an SM: 128 registers, 103 KB), and when K was split in 3, 48% of
+ * the stall samples after the main loop (the cluster's barriers and partial tiles): hence qg_plan's costs. */
+enum { QG_WG_STAGES = 4, QG_WG_THREADS = 256 };
 
-    const int out_rows = a.epi == GM_CUDA_EPI_GEGLU ? QG_BM / 2 : QG_BM, n_out = BN * out_rows;
-    if (gridDim.z == 1) {
-        const float *own[1] = {ts};
-        qg_epilogue<1>(a, rb, n0, 0, n_out, own);
-        return;
+/* A stage: the activations (BN·256 bytes), then the block's weights: 128 rows' 64 quant bytes, then their 8 scale
+ * bytes (9 KB). A multiple of 1024 bytes for every NT, so every stage starts at the swizzle's boundary. */
+#define QG_WG_STAGE_BYTES(NT) (8 * (NT) * QG_KC * 2 + QG_BM * 64 + QG_BM * 8)
+static_assert(QG_WG_STAGE_BYTES(2) % 1024 == 0 && QG_WG_STAGE_BYTES(4) % 1024 == 0 && QG_WG_STAGE_BYTES(8) % 1024 == 0,
+              "stages at 1024-byte boundaries");
+template <int NT>
+static constexpr size_t qg_wg_smem_bytes() { /* + 1024: the stages start at a 1024-byte boundary (the swizzle's) */
+    return 1024 + ((size_t)QG_WG_STAGES * QG_WG_STAGE_BYTES(NT) > (size_t)8 * NT * QG_TS * 4
+                       ? (size_t)QG_WG_STAGES * QG_WG_STAGE_BYTES(NT)
+                       : (size_t)8 * NT * QG_TS * 4);
+}
+
+/* 1 in the sm_90a image (where the kernel below has a body), 0 in any other; read once by the host. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QG_WG_BUILT 1
+#else
+#define QG_WG_BUILT 0
+#endif
+__device__ int qg_wg_built = QG_WG_BUILT;
+
+#if QG_WG_BUILT
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accumulators across the asynchronous wgmma (they are read and written by it). */
+template <int NT>
+__device__ __forceinline__ void wg_hold(float (&d)[1][NT][4]) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[0][j][e])::"memory");
+}
+/* The shared-memory descriptor of a K-major B with the 128-byte swizzle: bits 0-13 the address / 16, 16-29 LBO / 16
+ * (unused by this layout: 1), 32-45 SBO / 16 (1024: the next 8 columns), 62-63 the swizzle (1: 128 bytes). */
+__device__ __forceinline__ uint64_t wg_desc_sw128(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr >> 4) & 0x3FFF) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+#define QG_D4(j) "+f"(d[0][j][0]), "+f"(d[0][j][1]), "+f"(d[0][j][2]), "+f"(d[0][j][3])
+/* d += A · B for the warpgroup's 64 rows and 8·NT columns, k16: A this warp's m16k16 fragment, B at desc. */
+template <int NT>
+__device__ __forceinline__ void wg_mma(float (&d)[1][NT][4], const uint32_t (&A)[4], uint64_t desc);
+template <>
+__device__ __forceinline__ void wg_mma<2>(float (&d)[1][2][4], const uint32_t (&A)[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "{%8, %9, %10, %11}, %12, 1, 1, 1, 0;"
+                 : QG_D4(0), QG_D4(1)
+                 : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wg_mma<4>(float (&d)[1][4][4], const uint32_t (&A)[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+                 "%11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;"
+                 : QG_D4(0), QG_D4(1), QG_D4(2), QG_D4(3)
+                 : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wg_mma<8>(float (&d)[1][8][4], const uint32_t (&A)[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+                 "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                 "%31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
+                 : QG_D4(0), QG_D4(1), QG_D4(2), QG_D4(3), QG_D4(4), QG_D4(5), QG_D4(6), QG_D4(7)
+                 : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(desc));
+}
+#undef QG_D4
+#endif
+
+template <int NT>
+__global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const __grid_constant__ QgArgs a) {
+#if QG_WG_BUILT
+    extern __shared__ __align__(128) uint8_t qg_smem_raw[]; /* QG_WG_STAGES stages, then the output tile */
+    uint8_t *qg_smem = qg_smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(qg_smem_raw) & 1023)) & 1023);
+    constexpr int BN = 8 * NT, X_BYTES = BN * QG_KC * 2, STAGE_BYTES = QG_WG_STAGE_BYTES(NT);
+    constexpr int S = QG_WG_STAGES, D = S - 2;
+    constexpr int X_UNITS = BN * 16 / QG_WG_THREADS; /* 16-byte units of a stage's activations each thread copies */
+    static_assert(X_UNITS >= 1 && BN * 16 % QG_WG_THREADS == 0, "load_x: whole units a thread");
+    static_assert(QG_WG_THREADS == 256 && QG_BM == 128, "the weight copies below: 2 quant units and 4 scale bytes a thread");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rb = blockIdx.x, n0 = blockIdx.y * BN, z = blockIdx.z;
+    const int c0 = z * a.chunks_per_split, n_ch = min(a.n_chunks - c0, a.chunks_per_split);
+
+    /* what this thread copies into a stage: quant units (16 bytes) q of rows r = tid / 4 and 64 + tid / 4 (q = tid %
+     * 4: 4 consecutive threads read a row's 64 bytes of the chunk), the 4 scale bytes p = tid % 2 of row tid / 2 (the
+     * chunk's 4 scales: 8 bytes a row); rows past the matrices copy row 0 of the first (never stored) */
+    const uint8_t *wsrc[3];
+    uint32_t wdst[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        const int r = k < 2 ? threadIdx.x / 4 + 64 * k : threadIdx.x / 2;
+        int seg;
+        int64_t row;
+        if (!qg_row(a, rb, r, seg, row)) seg = 0, row = 0;
+        wsrc[k] = a.W[seg] + (uint64_t)row * a.row_bytes[seg] + (size_t)(c0 >> 1) * Q4_0_G8_BYTES +
+                  (k < 2 ? 16 * (threadIdx.x % 4) : 128 + 4 * (threadIdx.x % 2));
+        wdst[k] = k < 2 ? X_BYTES + r * 64 + 16 * (threadIdx.x % 4) : X_BYTES + QG_BM * 64 + r * 8 + 4 * (threadIdx.x % 2);
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    /* split K: the z blocks of a tile are one cluster; each adds up its share of the tile's outputs from every
-     * block's shared memory (in rank order: deterministic) and stores them */
-    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-    cl.sync(); /* every partial tile is in its block's shared memory */
-    const float *peer[QG_MAX_SPLITS];
+    auto load_w = [&](int ch) { /* chunk ch's weights: its group's bytes, 64 (quants) / 8 (scales) further if odd */
+        if (ch >= n_ch) return;
+        const uint32_t half = ((c0 & 1) + ch) & 1, og = (uint32_t)(((c0 & 1) + ch) >> 1) * Q4_0_G8_BYTES;
+        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
+        cp_async16(st + wdst[0], wsrc[0] + og + 64 * half, 16);
+        cp_async16(st + wdst[1], wsrc[1] + og + 64 * half, 16);
+        cp_async4(st + wdst[2], wsrc[2] + og + 8 * half, 4);
+    };
+    /* the activations of chunk ch into its stage: unit i = threadIdx.x + 256v is 16-byte unit u = i % 16 (values
+     * 8u .. 8u + 7) of column col = i / 16, to atom u / 8 at col·128 + 16·(u % 8 ^ col % 8); columns past n: zeros */
+    const __half *x_src[X_UNITS];
+    uint32_t x_dst[X_UNITS];
+    unsigned x_in = 0;
 #pragma unroll
-    for (int k = 0; k < QG_MAX_SPLITS; k++) peer[k] = cl.map_shared_rank(ts, k < (int)gridDim.z ? k : 0);
-    const int share = (n_out + (int)gridDim.z - 1) / (int)gridDim.z;
-    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(n_out, (z + 1) * share), peer);
-    cl.sync(); /* no block leaves while another reads its shared memory */
+    for (int v = 0; v < X_UNITS; v++) {
+        const int i = threadIdx.x + QG_WG_THREADS * v, u = i % 16, col = i / 16;
+        x_in |= (unsigned)(n0 + col < a.n) << v;
+        x_src[v] = a.xh + (size_t)(n0 + col < a.n ? n0 + col : 0) * a.K + (size_t)c0 * QG_KC + 8 * u;
+        x_dst[v] = (uint32_t)((u >> 3) * BN * 128 + col * 128 + 16 * ((u & 7) ^ (col & 7)));
+    }
+    auto load_x = [&](int ch) {
+        if (ch >= n_ch) return;
+        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
+#pragma unroll
+        for (int v = 0; v < X_UNITS; v++) {
+            const bool in = (x_in >> v) & 1;
+            cp_async16(st + x_dst[v], in ? x_src[v] + (size_t)ch * QG_KC : a.xh, in ? 16 : 0);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < D; s++) load_w(s); /* immutable: requested before the wait */
+    gmc_pdl_wait();
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        load_x(s);
+        cp_async_commit(); /* group s: chunk s (group 0 also holds the first chunks' weights) */
+    }
+
+    float acc[1][NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[0][j][e] = 0.0f;
+    const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
+    const uint32_t f16_1024 = 0x64u;
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(qg_smem);
+    /* this lane's weights in a stage: block t of rows 16·warp + g and + 8, and their scales */
+    const uint32_t wq_off = X_BYTES + (16 * warp + g) * 64 + 16 * t, ws_off = X_BYTES + QG_BM * 64 + (16 * warp + g) * 8 + 2 * t;
+    /* half hc (steps 4hc .. 4hc + 3: words jw = 2hc, 2hc + 1, both nibble halves) of a chunk's A from its weights */
+    auto dequant = [&](const QgW<1> &wc, int hc, uint32_t (&A)[4][4]) {
+        const uint32_t dd0 = __byte_perm(wc.d[0], 0u, 0x1010), dd1 = __byte_perm(wc.d[0], 0u, 0x3232);
+        const __half2 d0 = *(const __half2 *)&dd0, d1 = *(const __half2 *)&dd1;
+#pragma unroll
+        for (int sl = 0; sl < 4; sl++) {
+            const int jw = 2 * hc + (sl >> 1), hh = sl & 1;
+            const uint32_t w0 = jw == 0 ? wc.q[0][0].x : jw == 1 ? wc.q[0][0].y : jw == 2 ? wc.q[0][0].z : wc.q[0][0].w;
+            const uint32_t w1 = jw == 0 ? wc.q[0][1].x : jw == 1 ? wc.q[0][1].y : jw == 2 ? wc.q[0][1].z : wc.q[0][1].w;
+            const uint32_t t0 = (hh ? w0 >> 4 : w0) & 0x0F0F0F0Fu, t1 = (hh ? w1 >> 4 : w1) & 0x0F0F0F0Fu;
+            A[sl][0] = q4_pair(__byte_perm(f16_1024, t0, 0x0504), d0, k1032);
+            A[sl][1] = q4_pair(__byte_perm(f16_1024, t1, 0x0504), d1, k1032);
+            A[sl][2] = q4_pair(__byte_perm(f16_1024, t0, 0x0706), d0, k1032);
+            A[sl][3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d1, k1032);
+        }
+    };
+    uint32_t A0[4][4], A1[4][4];
+    for (int ch = 0; ch < n_ch; ch++) { /* the same count for every thread of the block: the barrier is uniform */
+        cp_async_wait<D - 1>(); /* chunk ch is in (chunks ch + 1 .. ch + D - 1 may still be in flight) */
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* ... and visible to wgmma */
+        __syncthreads(); /* every thread's copies are in; chunk ch - 2's wgmma and weight reads are done */
+        load_w(ch + D);
+        load_x(ch + D);
+        cp_async_commit(); /* an empty group past the end keeps the counting uniform */
+        const uint32_t st = smem0 + (uint32_t)((ch % S) * STAGE_BYTES);
+        const uint8_t *stp = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
+        QgW<1> wc;
+        wc.q[0][0] = *(const uint4 *)(stp + wq_off);
+        wc.q[0][1] = *(const uint4 *)(stp + wq_off + 8 * 64);
+        wc.d[0] = (uint32_t) * (const uint16_t *)(stp + ws_off) | ((uint32_t) * (const uint16_t *)(stp + ws_off + 8 * 8) << 16);
+        const uint64_t desc0 = wg_desc_sw128(st);
+#pragma unroll
+        for (int hc = 0; hc < 2; hc++) {
+            uint32_t(&A)[4][4] = hc ? A1 : A0;
+            wg_wait<1>(); /* the group that last read this register set (the previous chunk's same half) is done */
+            dequant(wc, hc, A);
+            wg_hold<NT>(acc);
+            wg_fence();
+#pragma unroll
+            for (int sl = 0; sl < 4; sl++) {
+                const int s = 4 * hc + sl; /* bytes 32s .. 32s + 31 of each column: atom s / 4, 32·(s % 4) into it */
+                wg_mma<NT>(acc, A[sl], desc0 + (uint64_t)((((s >> 2) * BN * 128) + 32 * (s & 3)) >> 4));
+            }
+            wg_commit();
+            wg_hold<NT>(acc);
+        }
+    }
+    wg_wait<0>();
+    wg_hold<NT>(acc);
+    cp_async_wait<0>();
+    __syncthreads(); /* the stages become the output tile */
+    qg_finish<NT, 1>(a, rb, n0, acc, qg_smem);
 #endif
 }
 
@@ -337,6 +597,68 @@ struct QgPlan {
     unsigned row_blocks, col_blocks, splits;
     int chunks_per_split;
 };
+
+/* A warpgroup block's fixed cost (its start, its epilogue) in chunk times, alone and when its cluster adds partial
+ * tiles (qg_plan). */
+enum { QG_WG_BLOCK_COST = 1, QG_WG_SPLIT_COST = 3 };
+
+static int sm_count(void);
+
+/* The warpgroup kernel of NT n-tiles made ready to launch (its shared memory asked for, once). */
+template <int NT>
+static void qg_wg_ready(void) {
+    static bool opted = false;
+    if (!opted) {
+        cudaFuncSetAttribute(qgemm_q4_0_wg_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)qg_wg_smem_bytes<NT>());
+        opted = true;
+    }
+}
+
+/* Blocks of the warpgroup kernel of NT n-tiles resident at once on the current device in clusters of s (1: no
+ * cluster); 0 when the runtime cannot tell. Cached. */
+template <int NT>
+static int64_t qg_wg_resident_nt(int s) {
+    static int64_t cached[QG_MAX_SPLITS + 1] = {0};
+    static int cached_dev[QG_MAX_SPLITS + 1];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || s < 1 || s > QG_MAX_SPLITS) return 0;
+    if (cached[s] && cached_dev[s] == dev) return cached[s];
+    qg_wg_ready<NT>();
+    int n = 0;
+    if (s == 1) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemm_q4_0_wg_kernel<NT>, QG_WG_THREADS,
+                                                          qg_wg_smem_bytes<NT>()) == cudaSuccess)
+            n = per_sm * sm_count();
+    } else {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)s;
+        cfg.gridDim = dim3(1, 1, (unsigned)s), cfg.blockDim = dim3(QG_WG_THREADS), cfg.dynamicSmemBytes = qg_wg_smem_bytes<NT>();
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, qgemm_q4_0_wg_kernel<NT>, &cfg) == cudaSuccess) n = clusters * s;
+    }
+    (void)cudaGetLastError(); /* a failed query leaves no error behind */
+    cached[s] = n, cached_dev[s] = dev;
+    return n;
+}
+static int64_t qg_wg_resident(int nt, int s) {
+    return nt == 2 ? qg_wg_resident_nt<2>(s) : nt == 4 ? qg_wg_resident_nt<4>(s) : qg_wg_resident_nt<8>(s);
+}
+
+/* The current device's SMs (1 when unknown). */
+static int sm_count(void) {
+    static int cached[16] = {0};
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 1;
+    if (dev < 16 && cached[dev]) return cached[dev];
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1) v = 1;
+    if (dev < 16) cached[dev] = v;
+    return v;
+}
 
 /* Whether the current device launches clusters (sm_90): K is split over blocks only then. */
 static bool clusters_ok(void) {
@@ -349,10 +671,18 @@ static bool clusters_ok(void) {
     return ok;
 }
 
-/* The split of K: enough blocks for two per SM of an H200 (QG_MIN_BLOCKS), at most QG_MAX_SPLITS, each split at
- * least QG_MIN_CHUNKS chunks. (Choosing the count by whole waves × chunks per split measured slower: the GeGLU at
- * 64 columns 50 -> 61 us with 3 splits instead of 2.) */
-static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt) {
+/* The split of K, at most QG_MAX_SPLITS (or as set), each split at least QG_MIN_CHUNKS chunks. The warp kernel:
+ * enough blocks for two per SM of an H200 (QG_MIN_BLOCKS); it fits three an SM, so that is one wave. (Choosing its
+ * count by whole waves × chunks per split measured slower: the GeGLU at 64 columns 50 -> 61 us with 3 splits
+ * instead of 2.) The warpgroup kernel: the count with the least time in whole waves, waves × (chunks per split + a
+ * block's fixed cost in chunk times), the waves counted from the clusters the device keeps resident at once
+ * (cudaOccupancyMaxActiveClusters: clusters of 3 pack worse than of 2 or 4) and the fixed cost larger when the
+ * blocks add their partial tiles up over the cluster (QG_WG_SPLIT_COST). Fitted to the H100 probe (bench/
+ * cuda_mmq_probe, GEMMAC_CUDA_QGEMM_SPLITS 1-8): the GeGLU 2 x 10240 x 2560 at 64 columns took 33.4 us unsplit,
+ * 34.1 in 2 splits, 43.3 in 3; the down projection (20 row blocks, K 10240) 27.3 in 8 splits, 37.0 in 4, 72.5 in 1.
+ * Nsight Compute on the 3-split GeGLU put 48% of the warps' stall samples after the main loop (the cluster barriers
+ * and the partial tiles read through distributed shared memory) and 10% before it. */
+static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt, bool wg) {
     QgPlan p = {};
     int64_t rows = 0;
     for (int i = 0; i < m->n_w; i++) rows += m->w[i].ne1;
@@ -362,7 +692,15 @@ static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt) {
     const int n_chunks = (int)(m->w[0].ne0 / QG_KC);
     const int64_t tiles = (int64_t)p.row_blocks * p.col_blocks;
     int splits = 1;
-    if (tiles < QG_MIN_BLOCKS && g_qgemm_max_splits > 1 && clusters_ok()) {
+    if (wg && g_qgemm_max_splits > 1 && clusters_ok()) {
+        int64_t best = INT64_MAX;
+        for (int s = 1; s <= g_qgemm_max_splits && (s == 1 || s <= n_chunks / QG_MIN_CHUNKS); s++) {
+            const int64_t tiles_at_once = qg_wg_resident(nt, s) / s; /* clusters of s blocks resident at once */
+            const int64_t cost = (tiles + tiles_at_once - 1) / (tiles_at_once > 0 ? tiles_at_once : 1) *
+                                 ((n_chunks + s - 1) / s + (s > 1 ? QG_WG_SPLIT_COST : QG_WG_BLOCK_COST));
+            if (cost < best) best = cost, splits = s;
+        }
+    } else if (!wg && tiles < QG_MIN_BLOCKS && g_qgemm_max_splits > 1 && clusters_ok()) {
         splits = (int)((QG_MIN_BLOCKS + tiles - 1) / tiles);
         if (splits > g_qgemm_max_splits) splits = g_qgemm_max_splits;
         if (splits > n_chunks / QG_MIN_CHUNKS) splits = n_chunks / QG_MIN_CHUNKS;
@@ -373,8 +711,23 @@ static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt) {
     return p;
 }
 
+/* Whether a product of n columns runs on the warpgroup kernel (gm_cuda_set_qgemm_kernel), and the largest batch
+ * the q4_0 kernels take (gm_cuda_set_qgemm_max_n). */
+static bool qg_use_wg(int32_t n) {
+    return g_qgemm_wg != 0 && (g_qgemm_wg == 1 || n >= QG_WG_MIN_N) && gm_cuda_qgemm_wg_available();
+}
+static int qg_max_n(void) {
+    if (g_qgemm_max_n >= 0) return g_qgemm_max_n;
+    return g_qgemm_wg != 0 && gm_cuda_qgemm_wg_available() ? QG_MAX_N_WG_DEFAULT : QG_MAX_N_DEFAULT;
+}
+
 extern "C" int gm_cuda_qgemm_eligible(const gm_cuda_multi *m, int32_t n) {
-    if (!m || m->n_w < 1 || m->n_w > 3 || n < GM_CUDA_GEMM_MIN_N || n > g_qgemm_max_n) return 0;
+    if (!m || m->n_w < 1 || m->n_w > 3 || n < GM_CUDA_GEMM_MIN_N || n > qg_max_n()) return 0;
+    if (g_qgemm_max_n < 0 && n > QG_MAX_N_DEFAULT) { /* the default past 32 columns: large products only */
+        uint64_t bytes = 0;
+        for (int i = 0; i < m->n_w; i++) bytes += m->w[i].row_bytes * (uint64_t)m->w[i].ne1;
+        if (bytes < QG_WG_BIG_BYTES) return 0;
+    }
     int64_t rows = 0;
     for (int i = 0; i < m->n_w; i++) {
         const gm_cuda_mat *w = &m->w[i];
@@ -398,6 +751,34 @@ static void qg_launch(const QgPlan &p, const QgArgs &a, cudaStream_t st) {
                        dim3(1, 1, p.splits), a);
 }
 
+template <int NT>
+static void qg_wg_launch(const QgPlan &p, const QgArgs &a, cudaStream_t st) {
+    constexpr size_t smem = qg_wg_smem_bytes<NT>();
+    qg_wg_ready<NT>();
+    gmc_launch_cluster(qgemm_q4_0_wg_kernel<NT>, dim3(p.row_blocks, p.col_blocks, p.splits), QG_WG_THREADS, smem, st,
+                       dim3(1, 1, p.splits), a);
+}
+
+extern "C" int gm_cuda_qgemm_wg_available(void) {
+    static int cached[16] = {0}; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0, major = 0, minor = 0, built = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
+    if (dev < 16 && cached[dev]) return cached[dev] == 1;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                    major == 9 && minor == 0 && cudaMemcpyFromSymbol(&built, qg_wg_built, sizeof built) == cudaSuccess &&
+                    built == 1;
+    (void)cudaGetLastError(); /* a failed query leaves no error behind */
+    if (dev < 16) cached[dev] = ok ? 1 : 2;
+    return ok;
+}
+
+extern "C" void gm_cuda_set_qgemm_kernel(int wg) { g_qgemm_wg = wg == 0 || wg == 1 ? wg : QG_WG_DEFAULT; }
+
+extern "C" int gm_cuda_qgemm_act_order(const gm_cuda_multi *m, int32_t n) {
+    return gm_cuda_qgemm_eligible(m, n) && qg_use_wg(n) ? GM_CUDA_ACT_ORDER_QG : GM_CUDA_ACT_ORDER_NATURAL;
+}
+
 extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float *col_scale, int32_t n,
                              gm_cuda_stream stream) {
     if (!gm_cuda_qgemm_eligible(m, n) || !xh || !col_scale || (uintptr_t)xh % 16 ||
@@ -407,7 +788,8 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
     /* n-tiles a block: as many as n needs, up to the block's columns (8 n-tiles unless set) */
     const int bn = g_qgemm_block_cols ? g_qgemm_block_cols : QG_BN, need = (n < bn ? n + 7 : bn) / 8;
     const int nt = need <= 2 ? 2 : need <= 4 ? 4 : 8;
-    const QgPlan p = qg_plan(m, n, nt);
+    const bool wg = qg_use_wg(n);
+    const QgPlan p = qg_plan(m, n, nt, wg);
     QgArgs a = {};
     int64_t end = 0;
     a.n_seg = m->epi == GM_CUDA_EPI_GEGLU ? 2 : m->n_w;
@@ -421,6 +803,12 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
     a.epi = m->epi, a.mul = m->mul, a.xh = (const __half *)xh, a.col_scale = col_scale;
     a.K = (int)m->w[0].ne0, a.n = n, a.n_chunks = a.K / QG_KC, a.chunks_per_split = p.chunks_per_split;
     const cudaStream_t st = (cudaStream_t)stream;
+    if (wg) {
+        if (nt == 2) qg_wg_launch<2>(p, a, st);
+        else if (nt == 4) qg_wg_launch<4>(p, a, st);
+        else qg_wg_launch<8>(p, a, st);
+        return gmc_check_launch("qgemm");
+    }
     const int warp_rows = g_qgemm_warp_rows ? g_qgemm_warp_rows : 16;
     if (nt == 2) warp_rows == 16 ? qg_launch<2, 1>(p, a, st) : qg_launch<2, 2>(p, a, st);
     else if (nt == 4) warp_rows == 16 ? qg_launch<4, 1>(p, a, st) : qg_launch<4, 2>(p, a, st);

@@ -1375,7 +1375,7 @@ static void run_held_epilogue(void *cublas, int epi, int nseg, int64_t M0, bool 
             free(y0);
         }
         if (pass == 2) CK(gm_cuda_gemm_epilogue(&held, NULL));
-        CK(gm_cuda_prepare_act_f16(&in2, xh, cs, pass == 1 ? &held : NULL, NULL));
+        CK(gm_cuda_prepare_act_f16(&in2, xh, cs, pass == 1 ? &held : NULL, GM_CUDA_ACT_ORDER_NATURAL, NULL));
         if (pass == 0) {
             for (int i = 0; i < nw; i++)
                 if (m.y[i]) want_y[i] = download_new(m.y[i], ybytes[i]);
@@ -1424,8 +1424,64 @@ static void test_gemm_held_epilogue(void **state) {
            "epilogue run inside the next preparation or alone equal to the bit to it launched by the product\n", cases);
 }
 
-/* ---- q4_0 batches (re-laid: GMC_Q4_0_G8) on qgemm_cuda.cu's kernel (the blocks dequantized in registers, f16
- * mma): run_gemm's tolerances (the same roundings as the f16 copies + cuBLAS). Cases: the three epilogues with and
+/* ---- the f16 input in the warpgroup q4_0 kernel's order (GM_CUDA_ACT_ORDER_QG): the same bytes as the natural
+ * order, each value at common_cuda.cuh's position (restated here from its definition: step s = 2jw + hh of a
+ * 128-value chunk holds at 2t + e and 8 + 2t + e the chunk's values 32t + 16hh + 4jw + e and + 2 + e), from both
+ * preparation kernels (rows up to 8192 values in registers, longer ones by act_f16_kernel), with and without the
+ * residual update and the norm. ---- */
+static int64_t qg_pos_ref(int64_t k) {
+    const int64_t c = k / 128, r = k % 128, t = r / 32, hh = r % 32 / 16, jw = r % 16 / 4, e = r % 4;
+    return 128 * c + 16 * (2 * jw + hh) + (e >= 2 ? 8 : 0) + 2 * t + e % 2;
+}
+
+static void test_act_order(void **state) {
+    (void)state;
+    static const int64_t Ks[] = {128, 384, 2560, 10240};
+    for (int k = 0; k < 4; k++)
+        for (int res = 0; res < 2; res++) {
+            const int64_t K = Ks[k];
+            const int n = 3 + (int)urand(20);
+            float *x = rand_vec((size_t)K * n, 2.0f), *ra = rand_vec((size_t)K * n, 2.0f), *w = rand_vec((size_t)K, 1.5f);
+            float *dx = dev_upload(x, sizeof(float) * K * n), *dra = dev_upload(ra, sizeof(float) * K * n);
+            float *dw = dev_upload(w, sizeof(float) * K);
+            const gm_cuda_act_in in = {.x = dx, .K = K, .n = n, .res_add = res ? dra : NULL, .res_scale = 1.0f,
+                                       .norm = res, .w = res ? dw : NULL, .eps = 1e-6f};
+            const size_t xb = (size_t)K * n * 2;
+            void *xh[2] = {dev_alloc(xb), dev_alloc(xb)};
+            float *cs[2] = {dev_alloc(sizeof(float) * n), dev_alloc(sizeof(float) * n)};
+            uint16_t *h[2];
+            float *hc[2];
+            for (int o = 0; o < 2; o++) {
+                CU(cudaMemcpy(dx, x, sizeof(float) * K * n, cudaMemcpyHostToDevice)); /* the residual updates x */
+                dev_poison(xh[o], xb), dev_poison(cs[o], sizeof(float) * n);
+                CK(gm_cuda_prepare_act_f16(&in, xh[o], cs[o], NULL, o ? GM_CUDA_ACT_ORDER_QG : GM_CUDA_ACT_ORDER_NATURAL,
+                                           NULL));
+                h[o] = download_new(xh[o], xb), hc[o] = download_new(cs[o], sizeof(float) * n);
+            }
+            for (int c = 0; c < n; c++)
+                for (int64_t i = 0; i < K; i++)
+                    if (h[1][c * K + qg_pos_ref(i)] != h[0][c * K + i])
+                        fail_msg("act order: K %lld, residual %d, column %d, value %lld: %04x in the QG order, %04x",
+                                 (long long)K, res, c, (long long)i, h[1][c * K + qg_pos_ref(i)], h[0][c * K + i]);
+            if (memcmp(hc[0], hc[1], sizeof(float) * n)) fail_msg("act order: K %lld: column scales differ", (long long)K);
+            for (int o = 0; o < 2; o++) {
+                free(h[o]), free(hc[o]);
+                CU(cudaFree(xh[o]));
+                CU(cudaFree(cs[o]));
+            }
+            CU(cudaFree(dx));
+            CU(cudaFree(dra));
+            CU(cudaFree(dw));
+            free(x), free(ra), free(w);
+        }
+    /* K not a multiple of 128: refused */
+    const gm_cuda_act_in bad = {.x = (float *)16, .K = 96, .n = 1, .res_scale = 1.0f};
+    assert_int_not_equal(gm_cuda_prepare_act_f16(&bad, (void *)16, (float *)16, NULL, GM_CUDA_ACT_ORDER_QG, NULL), 0);
+}
+
+/* ---- q4_0 batches (re-laid: GMC_Q4_0_G8) on qgemm_cuda.cu's kernels (the blocks dequantized in registers; the
+ * warp kernel's mma.sync, then, where the device runs it (sm_90a build on an H100 / H200), the warpgroup kernel's
+ * wgmma with its input in GM_CUDA_ACT_ORDER_QG): run_gemm's tolerances (the same roundings as the f16 copies + cuBLAS). Cases: the three epilogues with and
  * without the fused residual + rmsnorm; K of one chunk (128: never split), of three (384: a G8 group and a padded
  * half one), of four (512: at most 2 splits) and of many (2560: up to 8); 16..64 columns (2, 4 or 8 n-tiles, a
  * partial last one), 65..256 (several column blocks); segments that straddle warps and blocks (100 + 37 + 64
@@ -1439,10 +1495,12 @@ static void test_qgemm(void **state) {
     g_gemm_relaid = true;
     static const int64_t Ks[] = {128, 384, 512, 2560};
     int cases = 0;
-    for (int split = 0; split < 4; split++) { /* K split or not, warps of 16 or 32 rows */
+    const int kernels = gm_cuda_qgemm_wg_available() ? 2 : 1; /* the warp kernel, then the warpgroup one */
+    for (int split = 0; split < 4 * kernels; split++) { /* K split or not, warps of 16 or 32 rows */
+        gm_cuda_set_qgemm_kernel(split >= 4);
         gm_cuda_set_qgemm_splits(split & 1 ? -1 : 1);
         gm_cuda_set_qgemm_warp_rows(split & 2 ? 32 : 16);
-        gm_cuda_set_qgemm_block_cols(split == 1 ? 32 : split == 3 ? 16 : 64);
+        gm_cuda_set_qgemm_block_cols(split % 4 == 1 ? 32 : split % 4 == 3 ? 16 : 64);
         for (int k = 0; k < 4; k++)
             for (int epi = 0; epi < 3; epi++)
                 for (int v = 0; v < 3; v++) {
@@ -1453,8 +1511,24 @@ static void test_qgemm(void **state) {
         run_gemm(NULL, GM_TYPE_Q4_0, 2560, 64, GM_CUDA_EPI_STORE, true, false, 1000), cases++;
         run_gemm(NULL, GM_TYPE_Q4_0, 512, 256, GM_CUDA_EPI_STORE, false, true, 1000), cases++;
     }
+    print_message("qgemm: %d cases, %s\n", cases, kernels == 2 ? "warp and warpgroup kernels" : "warp kernel only");
+    { /* the default largest batch: 64 where the warpgroup kernel runs, past 32 columns for 8 MB of weights or more */
+        gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_qgemm_kernel(-1);
+        const int32_t type = gm_cuda_device_type(GM_TYPE_Q4_0);
+        gm_cuda_multi m = {.n_w = 1, .epi = GM_CUDA_EPI_STORE};
+        m.w[0] = (gm_cuda_mat){.type = type, .ne0 = 2560, .ne1 = 2048, .row_bytes = gm_cuda_device_row_bytes(type, 2560),
+                               .data = (void *)256};
+        assert_int_equal(gm_cuda_qgemm_eligible(&m, 32), 1);
+        assert_int_equal(gm_cuda_qgemm_eligible(&m, 48), 0); /* 2.9 MB */
+        m.w[0].ne1 = 10240;                                   /* 14.7 MB */
+        assert_int_equal(gm_cuda_qgemm_eligible(&m, 48), kernels == 2);
+        assert_int_equal(gm_cuda_qgemm_eligible(&m, 65), 0);
+        assert_int_equal(gm_cuda_qgemm_act_order(&m, 16), GM_CUDA_ACT_ORDER_NATURAL); /* the warp kernel below 17 */
+        assert_int_equal(gm_cuda_qgemm_act_order(&m, 17), kernels == 2 ? GM_CUDA_ACT_ORDER_QG : GM_CUDA_ACT_ORDER_NATURAL);
+    }
     g_want_qgemm = -1;
     g_gemm_relaid = false;
+    gm_cuda_set_qgemm_kernel(-1);
     gm_cuda_set_qgemm_splits(-1);
     gm_cuda_set_qgemm_warp_rows(0);
     gm_cuda_set_qgemm_block_cols(0);
@@ -2091,8 +2165,10 @@ int main(void) {
         cmocka_unit_test(test_act_quant),    cmocka_unit_test(test_matmul),       cmocka_unit_test(test_get_rows_gather), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_gelu_softcap),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemma_ops),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_gemm_held_epilogue), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_fused_proj),   cmocka_unit_test(test_attn_prep),    cmocka_unit_test(test_attn_prep_fused),    cmocka_unit_test(test_gemm), cmocka_unit_test(test_gemm_held_epilogue), cmocka_unit_test(test_act_order), cmocka_unit_test(test_qgemm), cmocka_unit_test(test_sgemm),
         cmocka_unit_test(test_top_logits),   cmocka_unit_test(test_next_quant),   cmocka_unit_test(test_device_layouts), cmocka_unit_test(test_chain),
     };
+    const char *only = getenv("GEMMAC_TEST_FILTER"); /* e.g. test_qgemm, or a pattern with * */
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
