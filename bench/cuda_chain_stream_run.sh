@@ -1,5 +1,5 @@
 #!/bin/bash
-# cuda_chain_stream_run.sh: one call on the GPU machine (binaries from bench/cuda_pack.sh, carried in build-bin/) that
+# cuda_chain_stream_run.sh: one call on the GPU machine (binaries from `PROBES=cuda_chain_probe bench/cuda_pack.sh`, carried in build-bin/) that
 # checks and measures two changes at once, each switchable in the same binary:
 #   - chains streaming re-laid q4_0 weights through shared memory (GEMMAC_CUDA_CHAIN=1, GEMMAC_CUDA_CHAIN_STREAM=0/1;
 #     chain_cuda.cu). Predicted: probe ~58 -> ~35-40 us a layer, against ~44.5 for the launches one by one.

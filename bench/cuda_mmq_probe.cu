@@ -2,7 +2,8 @@
  * matrix, the GeGLU, down) at q4_0 (re-laid as the backend uploads it: GMC_Q4_0_G8) and n = 16 / 32 / 64 / 128 / 256
  * columns, through each tensor-core path: cuBLAS (the activations converted to f16, cuBLAS on f16 copies of the
  * weights made once, the epilogue launch) and the f16 kernel of qgemm_cuda.cu on the q4_0 blocks (the same f16
- * activations + the kernel, epilogue inside) with blocks of up to 64 columns and of up to 32 (warps of 16 rows).
+ * activations + the kernel, epilogue inside) with blocks of up to 64 columns and of up to 32 (warps of 16 rows), and
+ * where the device runs it its warpgroup kernel (wgmma) the same two ways (0 where it cannot run).
  * Time per product: cudaEvent over 100 back-to-back calls after 5 warm-ups (no graph, no PDL: each call's launches
  * are separate). Weights are constant bytes (timing only). Prints one line per product and path; BENCHMARKS.md
  * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] cuda_mmq_probe [shape n] (one product only: shape 0-4 as listed,
@@ -54,10 +55,16 @@ int main(int argc, char **argv) {
     static const int ns[] = {16, 32, 64, 128, 256};
     void *cublas = NULL, *ws = NULL;
     const char *qs = getenv("GEMMAC_CUDA_QGEMM_SPLITS"); /* as the backend reads it */
+    /* PROBE_ROW_BYTES=16: every row of a matrix 16 bytes after the previous (overlapping: wrong products, timing only),
+     * so that a product's weights (a few hundred KB) stay in L2: how fast the kernels are when DRAM costs nothing */
+    const char *pr = getenv("PROBE_ROW_BYTES");
+    const size_t row_stride = pr && *pr ? (size_t)atoi(pr) : 0;
     if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     if (cudaMalloc(&ws, 32 << 20) != cudaSuccess || gm_cuda_gemm_create(&cublas, ws, 32 << 20)) die("setup");
-    printf("| product (q4_0) | n | f16 weights + cuBLAS us | qgemm, 64-column blocks us | qgemm, 32-column blocks us | q4_0 GB/s (best qgemm) |\n"
-           "|---|---:|---:|---:|---:|---:|\n");
+    const int wg = gm_cuda_qgemm_wg_available(); /* the warpgroup kernel too (sm_90a build, H100 / H200) */
+    printf("| product (q4_0) | n | f16 weights + cuBLAS us | qgemm warp kernel, 64-column blocks us | 32-column blocks us |"
+           " qgemm warpgroup kernel, 64-column blocks us | 32-column blocks us | q4_0 GB/s (best qgemm) |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     const int only_shape = argc > 2 ? atoi(argv[1]) : -1, only_n = argc > 2 ? atoi(argv[2]) : 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
@@ -78,6 +85,7 @@ int main(int argc, char **argv) {
                 c.m.w[i] = (gm_cuda_mat){.type = type, .ne0 = K, .ne1 = M, .row_bytes = rb, .data = w};
                 cudaMalloc(&f16, (size_t)K * M * 2);
                 if (gm_cuda_gemm_weights_f16(&c.m.w[i], f16, NULL)) die("f16 copy");
+                if (row_stride) c.m.w[i].row_bytes = row_stride;
                 c.m.w[i].f16 = f16;
                 c.m.y[i] = i ? NULL : y;
             }
@@ -89,13 +97,22 @@ int main(int argc, char **argv) {
             if (sb > c.scratch_bytes) c.scratch_bytes = sb;
             cudaMalloc(&c.scratch, c.scratch_bytes);
             const float t16 = time_us(run_f16, &c);
-            gm_cuda_set_qgemm_max_n(256);
+            gm_cuda_set_qgemm_max_n(256), gm_cuda_set_qgemm_kernel(0);
             const float tq16 = time_us(run_f16, &c);
             gm_cuda_set_qgemm_block_cols(32);
             const float tq32 = time_us(run_f16, &c);
+            float tw64 = 0.0f, tw32 = 0.0f, best = tq16 < tq32 ? tq16 : tq32;
+            if (wg) {
+                gm_cuda_set_qgemm_kernel(1), gm_cuda_set_qgemm_block_cols(0);
+                tw64 = time_us(run_f16, &c);
+                gm_cuda_set_qgemm_block_cols(32);
+                tw32 = time_us(run_f16, &c);
+                best = best < tw64 ? best : tw64, best = best < tw32 ? best : tw32;
+            }
+            gm_cuda_set_qgemm_kernel(-1);
             gm_cuda_set_qgemm_block_cols(0), gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_mmq_max_n(-1);
-            printf("| %s | %d | %.1f | %.1f | %.1f | %.0f |\n", shapes[si].name, n, t16, tq16, tq32,
-                   (double)rb * M * c.m.n_w / ((tq16 < tq32 ? tq16 : tq32) * 1e3));
+            printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n", shapes[si].name, n, t16, tq16, tq32, tw64,
+                   tw32, (double)rb * M * c.m.n_w / (best * 1e3));
             for (int i = 0; i < c.m.n_w; i++) cudaFree((void *)c.m.w[i].data), cudaFree((void *)c.m.w[i].f16);
             cudaFree(y), cudaFree(mul), cudaFree(x), cudaFree(c.scratch);
         }
