@@ -171,7 +171,7 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
 template <int NT, int MT>
 __device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const float (&acc)[MT][NT][4], uint8_t *smem) {
     constexpr int BN = 8 * NT;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, z = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     float *ts = (float *)smem; /* [BN][QG_TS]: column-major, so the stores below go along rows */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -196,7 +196,7 @@ __device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const
     const float *peer[QG_MAX_SPLITS];
 #pragma unroll
     for (int k = 0; k < QG_MAX_SPLITS; k++) peer[k] = cl.map_shared_rank(ts, k < (int)gridDim.z ? k : 0);
-    const int share = (n_out + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int share = (n_out + (int)gridDim.z - 1) / (int)gridDim.z, z = (int)blockIdx.z;
     qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(n_out, (z + 1) * share), peer);
     cl.sync(); /* no block leaves while another reads its shared memory */
 #endif
