@@ -126,6 +126,21 @@ __device__ __forceinline__ uint32_t q4_pair(uint32_t biased, __half2 d2, __half2
     return *(const uint32_t *)&v;
 }
 
+/* One k16 step's A fragment (mma.m16n8k16's, and wgmma's warp by warp) from word w0 of the lane's block in row g and
+ * word w1 in row g + 8, with their scales d0 / d1: the low (hh = 0) or high nibbles of bytes 0, 1 (A[0] row g, A[1]
+ * row g + 8) and 2, 3 (A[2], A[3]). Both kernels' dequantization. */
+__device__ __forceinline__ void q4_a_frag(uint32_t w0, uint32_t w1, int hh, __half2 d0, __half2 d1, uint32_t (&A)[4]) {
+    const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
+    const uint32_t f16_1024 = 0x64u; /* the high byte of f16 1024 */
+    const uint32_t t0 = (hh ? w0 >> 4 : w0) & 0x0F0F0F0Fu, t1 = (hh ? w1 >> 4 : w1) & 0x0F0F0F0Fu;
+    /* f16 1024 + q of bytes 0, 1 (selector 0x0504: t's bytes 0 and 1 under 0x64) or 2, 3 (0x0706); the constant byte
+     * first so that the selector is the immediate operand */
+    A[0] = q4_pair(__byte_perm(f16_1024, t0, 0x0504), d0, k1032);
+    A[1] = q4_pair(__byte_perm(f16_1024, t1, 0x0504), d1, k1032);
+    A[2] = q4_pair(__byte_perm(f16_1024, t0, 0x0706), d0, k1032);
+    A[3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d1, k1032);
+}
+
 /* Outputs e0 .. e1 - 1 of the tile (column-major over its output rows: all of them, or the 64 gate rows of a GeGLU)
  * from the partial tiles part[0 .. gridDim.z - 1] (shared memory, [8·NT][QG_TS]; NP >= gridDim.z; added in that
  * order): as gemm_cuda.cu's epilogue, the column's scale first. QG_EPI_UNROLL outputs a thread at once, so their
@@ -302,8 +317,6 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
     }
 
     float acc[MT][NT][4] = {};
-    const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
-    const uint32_t f16_1024 = 0x64u; /* the high byte of f16 1024, for the byte permutes below */
     /* this lane's B offsets in a column for step (jw, hh): physical k 32t + 16hh + 4p, p = jw ^ (t & 1), stored
      * swizzled: byte 64t + 32hh + 8·(jw ^ t) */
     const int boff0 = g * QG_XS * 2 + 64 * t;
@@ -335,14 +348,7 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
                 uint32_t A[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    const uint32_t t0 = (hh ? wq[mt][0][jw] >> 4 : wq[mt][0][jw]) & 0x0F0F0F0Fu;
-                    const uint32_t t1 = (hh ? wq[mt][1][jw] >> 4 : wq[mt][1][jw]) & 0x0F0F0F0Fu;
-                    /* f16 1024 + q of bytes 0, 1 (selector 0x0504: t's bytes 0 and 1 under 0x64) or 2, 3 (0x0706);
-                     * the constant byte first so that the selector is the immediate operand */
-                    A[mt][0] = q4_pair(__byte_perm(f16_1024, t0, 0x0504), d2[mt][0], k1032);
-                    A[mt][1] = q4_pair(__byte_perm(f16_1024, t1, 0x0504), d2[mt][1], k1032);
-                    A[mt][2] = q4_pair(__byte_perm(f16_1024, t0, 0x0706), d2[mt][0], k1032);
-                    A[mt][3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d2[mt][1], k1032);
+                    q4_a_frag(wq[mt][0][jw], wq[mt][1][jw], hh, d2[mt][0], d2[mt][1], A[mt]);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
@@ -532,8 +538,6 @@ __global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const _
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[0][j][e] = 0.0f;
-    const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)); /* 1032 */
-    const uint32_t f16_1024 = 0x64u;
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(qg_smem);
     /* this lane's weights in a stage: block t of rows 16·warp + g and + 8, and their scales */
     const uint32_t wq_off = X_BYTES + (16 * warp + g) * 64 + 16 * t, ws_off = X_BYTES + QG_BM * 64 + (16 * warp + g) * 8 + 2 * t;
@@ -546,11 +550,7 @@ __global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const _
             const int jw = 2 * hc + (sl >> 1), hh = sl & 1;
             const uint32_t w0 = jw == 0 ? wc.q[0][0].x : jw == 1 ? wc.q[0][0].y : jw == 2 ? wc.q[0][0].z : wc.q[0][0].w;
             const uint32_t w1 = jw == 0 ? wc.q[0][1].x : jw == 1 ? wc.q[0][1].y : jw == 2 ? wc.q[0][1].z : wc.q[0][1].w;
-            const uint32_t t0 = (hh ? w0 >> 4 : w0) & 0x0F0F0F0Fu, t1 = (hh ? w1 >> 4 : w1) & 0x0F0F0F0Fu;
-            A[sl][0] = q4_pair(__byte_perm(f16_1024, t0, 0x0504), d0, k1032);
-            A[sl][1] = q4_pair(__byte_perm(f16_1024, t1, 0x0504), d1, k1032);
-            A[sl][2] = q4_pair(__byte_perm(f16_1024, t0, 0x0706), d0, k1032);
-            A[sl][3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d1, k1032);
+            q4_a_frag(w0, w1, hh, d0, d1, A[sl]);
         }
     };
     uint32_t A0[4][4], A1[4][4];
