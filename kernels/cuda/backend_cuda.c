@@ -77,7 +77,7 @@ typedef struct cuda_backend {
                                   kernel's early loads (the same H200 call: tg128 +1.0%, one sequence at depth 1024
                                   +1.6%, 64 sequences +1.7%), and needed by attn_prep_fused.
                                   GEMMAC_CUDA_ATTN_ONE_PER_SEQ=0: never */
-    int lookahead;             /* ops held back (see "lookahead"): 0 none, 1 products, 2 products and attention */
+    int lookahead;             /* ops held back (see "lookahead"), bits: LOOKAHEAD_PRODUCTS, LOOKAHEAD_ATTENTION */
     void *top;                 /* top_logits: the selected ids and values, then the selection's scratch */
     size_t top_bytes;
     void *proj;                /* scratch of project: its normalised / quantized input (+ a GeGLU's up half) */
@@ -488,13 +488,15 @@ static void prof_print(struct prof *p) {
  * end of a batch and any free launch it as it was first (pend_flush: GRAPH_OP does it for every op but matmul),
  * so the stream's order is the ops' order. A held op's buffers are never grown or reused before it is launched
  * (a matmul quantizes into the one of mm / mm2 the held product does not read; only attention grows its
- * scratch, and it flushes first). GEMMAC_CUDA_LOOKAHEAD picks what is held: 0 nothing (the default), 1 products,
- * 2 products and attention. Off by default because it measured slower (H200, E4B q4_0 tg128: 0 / 1 / 2 = 299 /
- * 293 / 289 t/s, BENCHMARKS.md fifth session): each saved quantize launch costs ~3.6 us of the step, but the
- * quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and ~7 us to
- * each attention launch. */
+ * scratch, and it flushes first). GEMMAC_CUDA_LOOKAHEAD picks what is held, as bits: 1 products, 2 attention (0
+ * nothing, the default; 3 both). Off by default because it measured slower (H200, E4B q4_0 tg128, BENCHMARKS.md
+ * fifth session: nothing / products / both = 299 / 293 / 289 t/s): each saved quantize launch costs ~3.6 us of the
+ * step, but the quantizing tail (fence, count, last block of a group) added ~3 us to each GeGLU and PLE product and
+ * ~7 us to each attention launch of that time's split kernel. The attention alone, on the staged kernel (its last
+ * block quantizes the output it merged), still measured slower (H100, E4B q4_0 tg128, twenty-fifth session: 279 t/s
+ * against 284 with that session's other changes on). */
 enum { N_COUNTERS = 4096, PEND_NONE = 0, PEND_MATMUL = 1, PEND_ATTN = 2, PEND_CHAIN = 3, PEND_EPI = 4,
-       LOOKAHEAD_DEFAULT = 0, ATTN_PREP_FUSED_DEFAULT = 0 };
+       LOOKAHEAD_PRODUCTS = 1, LOOKAHEAD_ATTENTION = 2, LOOKAHEAD_DEFAULT = 0, ATTN_PREP_FUSED_DEFAULT = 0 };
 
 static void pend_flush(cuda_backend *c) {
     const int kind = c->pend.kind;
@@ -521,7 +523,7 @@ static void pend_hold(cuda_backend *c, const gm_cuda_multi *m, const void *act, 
     pend_flush(c);
     if (c->failed) return;
     c->pend = (struct pend){.kind = PEND_MATMUL, .m = *m, .act = act, .n = n, .what = what};
-    if (c->prof || c->lookahead < 1) pend_flush(c); /* the profile times each op by its own launches */
+    if (c->prof || !(c->lookahead & LOOKAHEAD_PRODUCTS)) pend_flush(c); /* the profile times each op by its own launches */
 }
 
 static void pend_hold_attention(cuda_backend *c, const gm_cuda_attn *at) {
@@ -529,7 +531,7 @@ static void pend_hold_attention(cuda_backend *c, const gm_cuda_attn *at) {
     if (c->failed) return;
     c->pend = (struct pend){.kind = PEND_ATTN, .at = *at, .kv = *at->kv};
     if (at->prep) c->pend.prep = *at->prep;
-    if (c->prof || c->lookahead < 2) pend_flush(c);
+    if (c->prof || !(c->lookahead & LOOKAHEAD_ATTENTION)) pend_flush(c);
 }
 
 /* ---- chains ----
@@ -989,7 +991,7 @@ static void cuda_matmul(gm_backend *b, const gm_tensor *w, const float *x, int32
         if (!gemm_path(c, &one, &in, &w)) pend_hold(c, &one, x, n, "matmul"); /* pend_hold flushes first */
         return;
     }
-    if (c->lookahead && !c->counters) {
+    if ((c->lookahead & LOOKAHEAD_PRODUCTS) && !c->counters) {
         graph_abort(c);
         if (!cu_ok(c, cudaMalloc((void **)&c->counters, N_COUNTERS * sizeof(unsigned)), "block counters") ||
             !cu_ok(c, cudaMemsetAsync(c->counters, 0, N_COUNTERS * sizeof(unsigned), c->stream), "block counters"))
@@ -1395,8 +1397,8 @@ gemmac_status gm_backend_cuda_new(int device, gm_backend **out, gm_error *err) {
     if (pa && *pa) gm_cuda_set_mmv_prefetch_all(pa[0] == '1');
     const char *dl = getenv("GEMMAC_CUDA_DEVICE_LAYOUTS"); /* 0: weights uploaded in their GGUF layout only */
     if (dl && *dl) gm_cuda_set_device_layouts(dl[0] != '0');
-    const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): 0, 1 or 2 */
-    c->lookahead = la && la[0] >= '0' && la[0] <= '2' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
+    const char *la = getenv("GEMMAC_CUDA_LOOKAHEAD"); /* ops held back (see "lookahead"): bits 1 products, 2 attention */
+    c->lookahead = la && la[0] >= '0' && la[0] <= '3' ? la[0] - '0' : LOOKAHEAD_DEFAULT;
     const char *he = getenv("GEMMAC_CUDA_HOLD_EPI"); /* 0: tensor-core epilogues never held (see "held epilogues") */
     c->hold_epi = !(he && he[0] == '0');
     const char *ap = getenv("GEMMAC_CUDA_ATTN_PREP_FUSED"); /* 1: the preparation inside decode attention */
