@@ -3,7 +3,9 @@
 # q4_0 decoding at depth 1024 (1, 64 and 256 sequences) under each of the batched path's run-time settings in turn,
 # the defaults first and last, all in one binary: the activation preparation's threads (GEMMAC_CUDA_PREP_THREADS), the
 # attention's blocks an SM (GEMMAC_CUDA_ATTN_FILL), the q4_0 tensor-core kernel's splits, columns a block and largest
-# batch (GEMMAC_CUDA_QGEMM_*). BASE: variables for every run. Usage: OUT=... [BASE=...] [KNOBS=...] bench/cuda_batch_knobs_run.sh
+# batch (GEMMAC_CUDA_QGEMM_*). BASE: variables for every run; KNOBS: the settings ("-" the defaults); ARGS: gemmac bench's
+# test (default: -p 0 -n 32 -npl 1,64,256 -d 1024 -r 1).
+# Usage: OUT=... [BASE=...] [KNOBS=...] [ARGS=...] bench/cuda_batch_knobs_run.sh
 set -o pipefail
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 . bench/cuda_unpack.sh
@@ -16,7 +18,7 @@ KNOBS=${KNOBS:-"- GEMMAC_CUDA_PREP_THREADS=512 GEMMAC_CUDA_PREP_THREADS=256 GEMM
 for k in $KNOBS; do
   [ "$k" = - ] && k=GEMMAC_CUDA_DEFAULTS=1
   echo "== $k"
-  env $BASE $k timeout 150 "$B/gemmac" bench -m $F -ngl all -p 0 -n 32 -npl 1,64,256 -d 1024 -r 1 2>&1 | grep -E "x1 |x64|x256|rror" |
+  env $BASE $k timeout 150 "$B/gemmac" bench -m $F -ngl all ${ARGS:--p 0 -n 32 -npl 1,64,256 -d 1024 -r 1} 2>&1 | grep -E " tg| pp|rror" |
     sed -E 's/^\| gemma4[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|//'
 done
 } 2>&1 | tee "$OUT/call.txt"
