@@ -7,11 +7,10 @@
 # test (default: -p 0 -n 32 -npl 1,64,256 -d 1024 -r 1).
 # Usage: OUT=... [BASE=...] [KNOBS=...] [ARGS=...] bench/cuda_batch_knobs_run.sh
 set -o pipefail
-OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 . bench/cuda_unpack.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
+gpu_env
 F=/tmp/e4b.gguf
-[ -f $F ] || "$B/gemmac" synth --preset gemma4-e4b --type q4_0 -o $F --quiet 2>/dev/null || exit 1
+e4b_q4_0 $F || exit 1
 KNOBS=${KNOBS:-"- GEMMAC_CUDA_PREP_THREADS=512 GEMMAC_CUDA_PREP_THREADS=256 GEMMAC_CUDA_ATTN_FILL=8 GEMMAC_CUDA_ATTN_FILL=32
   GEMMAC_CUDA_QGEMM_SPLITS=4 GEMMAC_CUDA_QGEMM_BLOCK_COLS=32 GEMMAC_CUDA_QGEMM_MAX_N=128 GEMMAC_CUDA_QGEMM_MAX_N=256 -"}
 {

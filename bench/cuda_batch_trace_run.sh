@@ -5,11 +5,10 @@
 # ENV: extra variables for every run (e.g. "GEMMAC_CUDA_BRANCH=0 GEMMAC_CUDA_QKV_PREP=0" for the old path of a tree
 # that has those switches). Usage: OUT=... [NPL='64 256'] [ENV=...] bench/cuda_batch_trace_run.sh
 set -o pipefail
-OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 . bench/cuda_unpack.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
+gpu_env
 F=/tmp/e4b.gguf
-[ -f $F ] || "$B/gemmac" synth --preset gemma4-e4b --type q4_0 -o $F --quiet 2>/dev/null || exit 1
+e4b_q4_0 $F || exit 1
 {
 for n in ${NPL:-64 256}; do
   echo "== E4B q4_0, $n sequences at depth 1024 (${ENV:-defaults})"
