@@ -15,9 +15,8 @@ KNOBS=${KNOBS:-"- GEMMAC_CUDA_PREP_THREADS=512 GEMMAC_CUDA_PREP_THREADS=256 GEMM
   GEMMAC_CUDA_QGEMM_SPLITS=4 GEMMAC_CUDA_QGEMM_BLOCK_COLS=32 GEMMAC_CUDA_QGEMM_MAX_N=128 GEMMAC_CUDA_QGEMM_MAX_N=256 -"}
 {
 for k in $KNOBS; do
-  [ "$k" = - ] && k=GEMMAC_CUDA_DEFAULTS=1
-  echo "== $k"
-  env $BASE $k timeout 150 "$B/gemmac" bench -m $F -ngl all ${ARGS:--p 0 -n 32 -npl 1,64,256 -d 1024 -r 1} 2>&1 | grep -E " tg| pp|rror" |
+  echo "== ${k/#-/defaults}"
+  env $BASE ${k#-} timeout 150 "$B/gemmac" bench -m $F -ngl all ${ARGS:--p 0 -n 32 -npl 1,64,256 -d 1024 -r 1} 2>&1 | grep -E " tg| pp|rror" |
     sed -E 's/^\| gemma4[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|//'
 done
 } 2>&1 | tee "$OUT/call.txt"
