@@ -134,7 +134,8 @@ bool cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o) {
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
                  !strcmp(a, "--cache-type-v")) {
             NEED_VALUE();
-            if (strcmp(v, "f16") && strcmp(v, "f32")) BAD_VALUE("a KV cache type: f16 or f32");
+            if (strcmp(v, "f16") && strcmp(v, "f32") && strcmp(v, "q8_0"))
+                BAD_VALUE("a KV cache type: f16, f32 or q8_0");
             if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) o->cache_type_k = v;
             else o->cache_type_v = v;
         }
@@ -283,7 +284,7 @@ gemmac_ctx *cli_new_ctx(const char *cmd, gemmac_model *m, const cli_opts *o, int
                 tv);
         return NULL;
     }
-    cp.type_kv = strcmp(tk, "f32") == 0 ? GEMMAC_KV_F32 : GEMMAC_KV_F16;
+    cp.type_kv = !strcmp(tk, "f32") ? GEMMAC_KV_F32 : !strcmp(tk, "q8_0") ? GEMMAC_KV_Q8_0 : GEMMAC_KV_F16;
     cp.n_seq_max = n_seq;
     gemmac_ctx *c = NULL;
     char err[600];

@@ -24,7 +24,7 @@ typedef struct cli_opts {
     int32_t n_batch;           /* -b */
     int32_t n_threads;         /* -t, 0: all cores */
     int32_t n_gpu_layers;      /* -ngl N|all: 0 (default) CPU, -1 (all) or >= the layers: the CUDA backend */
-    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f16" or "f32" */
+    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f16", "f32" or "q8_0" */
     gemmac_sampler_params sp;  /* --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
                                   --presence-penalty --frequency-penalty -s */
     bool ignore_eos, chat, ids, no_progress;

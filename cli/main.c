@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "  -c N               context size (default: the model's, at most 4096)\n"
             "  -t N               threads (default: all cores)\n"
             "  -b N               batch size for prompt processing (default 512)\n"
-            "  -ctk/-ctv TYPE     KV cache type, f16 (default) or f32 (both the same)\n"
+            "  -ctk/-ctv TYPE     KV cache type: f16 (default), f32 or q8_0 (both the same; q8_0: head dims multiple of 32)\n"
             "  -ngl N|all         layers on the GPU (CUDA builds): 0 (default) = CPU, all = everything\n"
             "run / chat options:\n"
             "  -p TEXT / -f FILE  prompt\n"

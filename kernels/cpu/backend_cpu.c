@@ -1,7 +1,8 @@
 /* backend_cpu.c: the CPU backend: the ops of backend.h on host memory, spread over a thread pool.
  * Matmuls quantize activations to the weight type's vec_dot type once, then run the run-time chosen SIMD
- * dot kernels (quant.h) over row blocks; the other ops call the scalar reference kernels per row/head. The fused
- * ops (project, attention's preparation) are compositions of the unfused ones. */
+ * dot kernels (quant.h) over row blocks; the other ops call the scalar reference kernels per row/head (attention
+ * over an f16 cache the SIMD kernels; over f32 and q8_0 caches the references). The fused ops (project, attention's
+ * preparation) are compositions of the unfused ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,22 +444,31 @@ static void attn_range(void *p, long b, long e, int ith) {
         const int32_t pos = a->pos[t], seq = a->seq[t];
         const int32_t lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
         const int n_keys = pos - lo + 1;
-        if (rows_for != tk) {
+        if (rows_for != tk) { /* head row kvh of each slot in the window */
+            const size_t head_off = (size_t)kvh * x->l->head_bytes;
             for (int j = 0; j < n_keys; j++) {
-                krows[j] = (const uint8_t *)gm_kv_k(x->l, seq, lo + j) + (size_t)kvh * D * x->l->elem;
-                vrows[j] = (const uint8_t *)gm_kv_v(x->l, seq, lo + j) + (size_t)kvh * D * x->l->elem;
+                krows[j] = (const uint8_t *)gm_kv_k(x->l, seq, lo + j) + head_off;
+                vrows[j] = (const uint8_t *)gm_kv_v(x->l, seq, lo + j) + head_off;
             }
             rows_for = tk;
         }
         const int32_t h0 = kvh * group + chunk * ATTN_MAX_GROUP;
         const int32_t G = group - chunk * ATTN_MAX_GROUP < ATTN_MAX_GROUP ? group - chunk * ATTN_MAX_GROUP : ATTN_MAX_GROUP;
         const size_t off = ((size_t)t * a->n_head + h0) * D;
-        if (x->l->elem == sizeof(float))
+        switch (x->l->type) {
+        case GM_KV_F32:
             gm_ref_attention_group_f32(a->q + off, G, (const float *const *)krows, (const float *const *)vrows,
                                        n_keys, D, scores, a->out + off);
-        else
+            break;
+        case GM_KV_Q8_0:
+            gm_ref_attention_group_q8(a->q + off, G, (const uint8_t *const *)krows, (const uint8_t *const *)vrows,
+                                      n_keys, D, scores, a->out + off);
+            break;
+        case GM_KV_F16:
             x->c->attention_group(a->q + off, G, (const gm_f16 *const *)krows, (const gm_f16 *const *)vrows, n_keys,
                                   D, scores, a->out + off);
+            break;
+        }
     }
 }
 
@@ -484,20 +494,31 @@ static void attn_prep(gm_backend *b, const gm_attn_args *a) {
 static void cpu_attention(gm_backend *b, const gm_attn_args *a) {
     cpu_backend *c = cpu(b);
     const gm_kv_layer *l = &a->kv->layer[a->kv_layer];
-    const int32_t row = a->n_head_kv * a->head_dim;
+    const int32_t D = a->head_dim, row = a->n_head_kv * D;
     if (a->prep) attn_prep(b, a);
     if (a->write_kv)
         for (int32_t t = 0; t < a->n_tokens; t++) {
             const float *ks = a->k + (int64_t)t * row, *vs = a->v + (int64_t)t * row;
-            if (l->elem == sizeof(float)) {
-                memcpy(gm_kv_k(l, a->seq[t], a->pos[t]), ks, sizeof(float) * (size_t)row);
-                memcpy(gm_kv_v(l, a->seq[t], a->pos[t]), vs, sizeof(float) * (size_t)row);
-                continue;
+            uint8_t *kslot = gm_kv_k(l, a->seq[t], a->pos[t]), *vslot = gm_kv_v(l, a->seq[t], a->pos[t]);
+            switch (l->type) {
+            case GM_KV_F32: /* head rows of D floats, back to back: the slot is the token's row */
+                memcpy(kslot, ks, sizeof(float) * (size_t)row);
+                memcpy(vslot, vs, sizeof(float) * (size_t)row);
+                break;
+            case GM_KV_F16: {
+                gm_f16 *kd = (gm_f16 *)kslot, *vd = (gm_f16 *)vslot;
+                for (int32_t j = 0; j < row; j++) {
+                    kd[j] = gm_f32_to_f16(ks[j]);
+                    vd[j] = gm_f32_to_f16(vs[j]);
+                }
+                break;
             }
-            gm_f16 *kd = gm_kv_k(l, a->seq[t], a->pos[t]), *vd = gm_kv_v(l, a->seq[t], a->pos[t]);
-            for (int32_t j = 0; j < row; j++) {
-                kd[j] = gm_f32_to_f16(ks[j]);
-                vd[j] = gm_f32_to_f16(vs[j]);
+            case GM_KV_Q8_0:
+                for (int32_t h = 0; h < a->n_head_kv; h++) {
+                    gm_ref_kv_q8_store(ks + (size_t)h * D, D, kslot + (size_t)h * l->head_bytes);
+                    gm_ref_kv_q8_store(vs + (size_t)h * D, D, vslot + (size_t)h * l->head_bytes);
+                }
+                break;
             }
         }
     attn_ctx x = {c, a, l};

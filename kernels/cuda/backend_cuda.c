@@ -1159,13 +1159,14 @@ static void cuda_attention(gm_backend *b, const gm_attn_args *a) {
                            &max_keys);
     if (c->gbucket) max_keys = (int32_t)(((int64_t)max_keys + 255) / 256 * 256);
     const gm_attn_prep *pp = a->prep; /* one GRAPH_OP per op: a replay returns at the first */
-    GRAPH_OP(c, 9, PB(l->k), PB(l->v), IB(l->n_slots), IB(l->ring), IB(l->elem), IB(a->write_kv), IB(a->n_tokens),
+    GRAPH_OP(c, 9, PB(l->k), PB(l->v), IB(l->n_slots), IB(l->ring), IB(l->type), IB(a->write_kv), IB(a->n_tokens),
              PB(dpos), PB(dseq), IB(a->n_head), IB(a->n_head_kv), IB(a->head_dim), IB(a->window), PB(a->q), PB(a->k),
              PB(a->v), PB(a->out), IB(max_keys), IB(tile), IB(pp != NULL), PB(pp ? pp->q_norm : NULL), PB(pp ? pp->k_norm : NULL),
              IB(pp && pp->v_norm), IB(pp && pp->v_from_k), fbits(pp ? pp->eps : 0), IB(pp ? pp->n_rot : 0),
              fbits(pp ? pp->base : 0), fbits(pp ? pp->freq_scale : 0), PB(pp ? pp->freq_factors : NULL),
              fbits(pp ? pp->q_scale : 0));
-    const gm_cuda_kv kv = {.type = l->elem == sizeof(float) ? 0 : 1, .n_slots = l->n_slots, .ring = l->ring,
+    const gm_cuda_kv kv = {.type = l->type == GM_KV_F32 ? GMC_KV_F32 : l->type == GM_KV_F16 ? GMC_KV_F16 : GMC_KV_Q8_0,
+                           .n_slots = l->n_slots, .ring = l->ring,
                            .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .k = l->k, .v = l->v};
     gm_cuda_prep cp = {0};
     if (pp) { /* norms, RoPE and the cache store: one launch, or part of the attention's (gm_cuda_attn.prep) */

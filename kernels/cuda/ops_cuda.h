@@ -359,8 +359,10 @@ size_t gm_cuda_moe_scratch_bytes(int32_t n, int32_t n_used, int32_t n_expert, in
 int gm_cuda_moe(const gm_cuda_moe_args *a, void *scratch, size_t scratch_bytes, gm_cuda_stream stream);
 
 /* ---- KV cache and attention ----
- * One layer's cache: k, v: [n_seq][n_slots][n_head_kv][head_dim] of f16 (type 1) or f32 (type 0).
+ * One layer's cache: k, v: [n_seq][n_slots][n_head_kv] head rows of head_dim values, f16, f32 or q8_0 (src/kv's
+ * q8_0 head row: head_dim int8, then head_dim / 32 f16 scales, padded to 16 bytes: gm_kv_head_bytes).
  * ring: slot = pos % n_slots (sliding layers), else slot = pos. */
+enum { GMC_KV_F32 = 0, GMC_KV_F16 = 1, GMC_KV_Q8_0 = 8 }; /* gm_cuda_kv.type: the ggml type numbers */
 typedef struct gm_cuda_kv {
     int32_t type;
     int32_t n_slots;

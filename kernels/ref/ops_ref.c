@@ -2,6 +2,10 @@
 #include "ref/ops_ref.h"
 
 #include <math.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "quant/quant_blocks.h"
 
 void gm_ref_rmsnorm(const float *x, float *y, int d, const float *w, float eps) {
     double sum = 0.0;
@@ -87,6 +91,59 @@ void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, co
         for (int i = 0; i < n_keys; i++) {
             const float p = sg[i] * inv;
             for (int j = 0; j < D; j++) og[j] += p * v[i][j];
+        }
+    }
+}
+
+/* ---- the q8_0 KV cache ---- */
+void gm_ref_kv_q8_store(const float *x, int32_t D, uint8_t *head_row) {
+    uint8_t *const scales = head_row + D;
+    for (int32_t b = 0; b < D / GM_QK; b++) {
+        gm_block_q8_0 blk;
+        gm_quantize_q8_0_act_ref(x + (size_t)b * GM_QK, &blk, GM_QK);
+        memcpy(head_row + (size_t)b * GM_QK, blk.qs, GM_QK);
+        memcpy(scales + (size_t)b * sizeof(gm_f16), &blk.d, sizeof(gm_f16));
+    }
+    const size_t used = (size_t)D + (size_t)(D / GM_QK) * sizeof(gm_f16);
+    memset(head_row + used, 0, ((used + 15) & ~(size_t)15) - used); /* pad to 16 bytes, as gm_kv_head_bytes */
+}
+
+void gm_ref_kv_q8_load(const uint8_t *head_row, int32_t D, float *x) {
+    const int8_t *const qs = (const int8_t *)head_row;
+    const gm_f16 *const d = (const gm_f16 *)(head_row + D);
+    for (int32_t b = 0; b < D / GM_QK; b++) {
+        const float db = gm_f16_to_f32(d[b]);
+        for (int32_t j = b * GM_QK; j < (b + 1) * GM_QK; j++) x[j] = (float)qs[j] * db;
+    }
+}
+
+void gm_ref_attention_group_q8(const float *q, int G, const uint8_t *const *k, const uint8_t *const *v, int n_keys,
+                               int D, float *scores, float *out) {
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * D;
+        float *sg = scores + (size_t)g * n_keys, *og = out + (size_t)g * D;
+        float max = -INFINITY;
+        for (int i = 0; i < n_keys; i++) {
+            const int8_t *kq = (const int8_t *)k[i];
+            const gm_f16 *kd = (const gm_f16 *)(k[i] + D);
+            float s = 0.0f;
+            for (int b = 0; b < D / GM_QK; b++) {
+                const float db = gm_f16_to_f32(kd[b]);
+                for (int j = b * GM_QK; j < (b + 1) * GM_QK; j++) s += qg[j] * ((float)kq[j] * db);
+            }
+            sg[i] = s;
+            if (s > max) max = s;
+        }
+        const float inv = gm_ref_softmax_exp(sg, n_keys, max);
+        for (int j = 0; j < D; j++) og[j] = 0.0f;
+        for (int i = 0; i < n_keys; i++) {
+            const int8_t *vq = (const int8_t *)v[i];
+            const gm_f16 *vd = (const gm_f16 *)(v[i] + D);
+            const float p = sg[i] * inv;
+            for (int b = 0; b < D / GM_QK; b++) {
+                const float db = gm_f16_to_f32(vd[b]);
+                for (int j = b * GM_QK; j < (b + 1) * GM_QK; j++) og[j] += p * ((float)vq[j] * db);
+            }
         }
     }
 }

@@ -40,6 +40,22 @@ void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const
 void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
                                 int D, float *scores, float *out);
 
+/* ---- the q8_0 KV cache (kv_cache.h's GM_KV_Q8_0) ----
+ * A head row holds one KV head's D values of one slot (D a multiple of 32): D int8 values q, then D / 32 f16 scales
+ * d (value i = q[i] · d[i / 32]), then zero bytes up to a multiple of 16 (gm_kv_head_bytes(GM_KV_Q8_0, D) bytes in
+ * all). Each 32 values are quantized as gm_quantize_q8_0_act_ref does, so every backend stores the same bytes. */
+
+/* Quantizes D floats into the head row at head_row, padding zeroed. */
+void gm_ref_kv_q8_store(const float *x, int32_t D, uint8_t *head_row);
+
+/* Dequantizes a head row of D values into x: x[i] = (float)q[i] · f16_to_f32(d[i / 32]). */
+void gm_ref_kv_q8_load(const uint8_t *head_row, int32_t D, float *x);
+
+/* gm_ref_attention_group_f32 over q8_0 head rows (k[i], v[i] point at them), in the same operation order, each key
+ * and value element dequantized on the fly as gm_ref_kv_q8_load does: the f32 kernel's result on loaded rows. */
+void gm_ref_attention_group_q8(const float *q, int G, const uint8_t *const *k, const uint8_t *const *v, int n_keys,
+                               int D, float *scores, float *out);
+
 /* Mixture-of-experts routing of one token (Gemma 4, gemma-architecture.md §2.3): p = softmax(logits) over
  * n_expert scores (float, sum in double); ids[0..n_used) get the n_used largest p in descending order (ties:
  * the lower index first, as torch.topk); weights[j] = p[ids[j]] / Σ_j p[ids[j]] · expert_scale[ids[j]]

@@ -81,8 +81,9 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
         goto fail;
     }
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
-    if (p.type_kv != GEMMAC_KV_F16 && p.type_kv != GEMMAC_KV_F32) {
-        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "KV cache type %d is not f16 (0) or f32 (1)", (int)p.type_kv);
+    if (p.type_kv != GEMMAC_KV_F16 && p.type_kv != GEMMAC_KV_F32 && p.type_kv != GEMMAC_KV_Q8_0) {
+        st = gm_fail(&err, GEMMAC_ERR_INVALID_ARG, "KV cache type %d is not f16 (0), f32 (1) or q8_0 (2)",
+                     (int)p.type_kv);
         goto fail;
     }
     if (p.n_threads < 0 || p.n_threads > 512) {
@@ -121,7 +122,7 @@ gemmac_status gemmac_ctx_new(gemmac_model *model, const gemmac_ctx_params *param
 #endif
         st = gm_backend_cpu_new(p.n_threads, &c->backend, &err);
     if (st != GEMMAC_OK) goto fail;
-    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, p.type_kv == GEMMAC_KV_F32, c->backend, &c->kv,
+    if ((st = gm_kv_cache_new(hp, p.n_ctx, p.n_seq_max, p.n_batch, (gm_kv_type)p.type_kv, c->backend, &c->kv,
                               &err)) != GEMMAC_OK)
         goto fail;
     if ((st = gm_scratch_new(model, c->backend, p.n_batch, &c->scratch, &err)) != GEMMAC_OK) goto fail;
@@ -347,7 +348,7 @@ gemmac_status gemmac_ctx_seq_copy(gemmac_ctx *c, int32_t src, int32_t dst) {
     for (int il = 0; il < kv->n_layer; il++) {
         const gm_kv_layer *l = &kv->layer[il];
         if (!l->owned) continue;
-        const size_t seq_bytes = (size_t)l->n_slots * (size_t)l->row * l->elem;
+        const size_t seq_bytes = (size_t)l->n_slots * l->slot_bytes;
         c->backend->ops->copy_bytes(c->backend, l->k + (size_t)dst * seq_bytes, l->k + (size_t)src * seq_bytes, seq_bytes);
         c->backend->ops->copy_bytes(c->backend, l->v + (size_t)dst * seq_bytes, l->v + (size_t)src * seq_bytes, seq_bytes);
     }

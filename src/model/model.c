@@ -475,8 +475,8 @@ size_t gemmac_model_describe(const gemmac_model *m, int32_t n_ctx, char *buf, si
               gm_tokenizer_eot(m->tok));
     /* One sequence, batches of 512 (the ring of a sliding layer is window + batch). Sliding layers stop
      * growing at their ring; full-attention layers grow with the context. */
-    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, 512, false);
-    const uint64_t kv_more = gm_kv_cache_bytes(hp, n_ctx + 1024, 1, 512, false) - kv;
+    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, 512, GM_KV_F16);
+    const uint64_t kv_more = gm_kv_cache_bytes(hp, n_ctx + 1024, 1, 512, GM_KV_F16) - kv;
     sb_printf(&b, "memory plan       weights %.2f MiB (mapped, not copied)\n", m->weight_bytes / 1048576.0);
     sb_printf(&b, "                  KV cache %.2f MiB for %d tokens of one sequence (f16), +%.2f MiB per 1K more\n",
               kv / 1048576.0, n_ctx, kv_more / 1048576.0);
@@ -501,7 +501,7 @@ uint64_t gemmac_model_plan_bytes(const gemmac_model *m, int32_t n_ctx, int32_t n
     if (ple->data) weights -= ple->row_bytes * (uint64_t)gm_tensor_rows(ple);
     const gm_tensor *te = &m->w.tok_embd;
     if (te->data && m->w.output.data && m->w.output.data != te->data) weights -= te->row_bytes * (uint64_t)gm_tensor_rows(te);
-    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, n_batch, false);
+    const uint64_t kv = gm_kv_cache_bytes(hp, n_ctx, 1, n_batch, GM_KV_F16);
     const int32_t out_rows = n_batch < GM_LOGITS_CHUNK ? n_batch : GM_LOGITS_CHUNK;
     const uint64_t scratch = gm_scratch_bytes(m, n_batch, GM_LOGITS_CHUNK) -
                              sizeof(float) * (uint64_t)(GM_LOGITS_CHUNK - out_rows) * ((uint64_t)hp->n_embd + (uint64_t)hp->n_vocab);

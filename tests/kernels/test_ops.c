@@ -1,6 +1,8 @@
 /* test_ops.c: the non-matmul kernels: the scalar references against the formulas of
  * gemma-architecture.md §2.1 evaluated in double, and the SIMD attention against the scalar reference on
- * random inputs of several shapes (including head dims that are not multiples of 8 or 16). */
+ * random inputs of several shapes (including head dims that are not multiples of 8 or 16), and the q8_0 KV cache's
+ * head rows: stored as gm_quantize_q8_0_act_ref's blocks, loaded back within the quantization step, and attended
+ * over as the f32 kernel attends over the loaded rows. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +14,10 @@
 #include <cmocka.h>
 
 #include "cpu/ops_cpu.h"
+#include "kv/kv_cache.h"
 #include "model/backend.h"
 #include "quant/quant.h"
+#include "quant/quant_blocks.h"
 #include "ref/ops_ref.h"
 #include "test_rng.h"
 
@@ -148,6 +152,112 @@ static void test_attention_ref_and_avx2(void **state) {
             }
             free(k), free(v), free(q), free(scores), free(want), free(ref), free(fast);
         }
+}
+
+/* ---- the q8_0 KV cache's head rows ---- */
+
+enum { KV_Q8_MAX_D = 512 };
+
+/* D floats for a q8_0 head row: each block of 32 at its own scale (1e-3 to 1e3; block 1 all zero when there is one),
+ * but the first: values under 100 and ties (its amax 127 makes x · 127 / amax = x exactly: 2.5 rounds to 2
+ * half-to-even, to 3 half-away), so a quantizer rounding differently from gm_quantize_q8_0_act_ref shows. */
+static void kv_q8_fill(float *x, int D) {
+    for (int b = 0; b < D / GM_QK; b++) {
+        const float scale = b == 0 ? 100.0f : b == 1 ? 0.0f : powf(10.0f, 3.0f * frand());
+        for (int j = 0; j < GM_QK; j++) x[b * GM_QK + j] = scale * frand();
+    }
+    static const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 126.5f, -1.5f};
+    memcpy(x, ties, sizeof ties);
+}
+
+/* gm_ref_kv_q8_store writes, per block, the bytes gm_quantize_q8_0_act_ref gives (qs first, the D / 32 scales after
+ * all of them), zero padding up to gm_kv_head_bytes and nothing past it; gm_ref_kv_q8_load gives exactly the
+ * block's dequantized values, within amax/254 (the rounding of x · 127 / amax) + 127 · d's rounding to f16 (2^-11
+ * relative, 2^-25 absolute below f16's normal range, which blocks of amax < 2^-14 · 127 meet) of the input. A row of
+ * zeros is stored as zero bytes and loads as zeros. */
+static void test_kv_q8_store_and_load(void **state) {
+    (void)state;
+    static const int dims[] = {32, 64, 96, 128, 256, 512};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int D = dims[di];
+        const size_t hb = gm_kv_head_bytes(GM_KV_Q8_0, D), used = (size_t)D + (size_t)D / 16;
+        assert_true(hb % 16 == 0 && hb >= used && hb < used + 16);
+        static uint8_t row[KV_Q8_MAX_D + KV_Q8_MAX_D / 16 + 32];
+        static float x[KV_Q8_MAX_D], y[KV_Q8_MAX_D];
+        for (int trial = 0; trial < 9; trial++) {
+            if (trial < 8) kv_q8_fill(x, D);
+            else memset(x, 0, sizeof(float) * (size_t)D);
+            memset(row, 0xA5, sizeof row);
+            gm_ref_kv_q8_store(x, D, row);
+            for (size_t i = used; i < hb; i++) assert_int_equal(row[i], 0);
+            for (size_t i = hb; i < hb + 16; i++) assert_int_equal(row[i], 0xA5);
+            for (int j = 0; j < D; j++) y[j] = NAN;
+            gm_ref_kv_q8_load(row, D, y);
+            for (int b = 0; b < D / GM_QK; b++) {
+                gm_block_q8_0 blk;
+                gm_quantize_q8_0_act_ref(x + b * GM_QK, &blk, GM_QK);
+                assert_memory_equal(row + b * GM_QK, blk.qs, GM_QK);
+                assert_memory_equal(row + D + 2 * b, &blk.d, 2);
+                float want[GM_QK], amax = 0.0f;
+                gm_dequantize_q8_0_ref(&blk, want, GM_QK);
+                assert_memory_equal(y + b * GM_QK, want, sizeof want);
+                for (int j = 0; j < GM_QK; j++) amax = fmaxf(amax, fabsf(x[b * GM_QK + j]));
+                const float bound = amax / 254.0f + 127.0f * fmaxf(amax / 127.0f * 0x1p-11f, 0x1p-25f);
+                for (int j = 0; j < GM_QK; j++)
+                    if (!(fabsf(y[b * GM_QK + j] - x[b * GM_QK + j]) <= bound))
+                        fail_msg("D %d block %d value %d: %g loads as %g (bound %g)", D, b, j, x[b * GM_QK + j],
+                                 y[b * GM_QK + j], bound);
+            }
+            if (trial < 8) { /* the first block's ties: 127 → 127, 2.5 → 2, -3.5 → -4, ±0.5 → 0, 126.5 → 126 */
+                static const int8_t tie_q[] = {127, 2, -4, 0, 0, 126, -2};
+                assert_memory_equal(row, tie_q, sizeof tie_q);
+            }
+            if (trial == 8) {
+                for (size_t i = 0; i < hb; i++) assert_int_equal(row[i], 0);
+                for (int j = 0; j < D; j++) assert_true(y[j] == 0.0f);
+            }
+        }
+    }
+}
+
+/* gm_ref_attention_group_q8 over stored head rows gives what gm_ref_attention_group_f32 gives over the same rows
+ * loaded (the same operations in the same order: equal but for the compiler's freedom to fuse multiply-adds). */
+static void test_attention_group_q8_equals_f32_on_loaded_rows(void **state) {
+    (void)state;
+    static const int dims[] = {32, 64, 256};
+    static const int keys[] = {1, 7, 70};
+    enum { MAX_KEYS = 70, MAX_G = 3 };
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t ki = 0; ki < sizeof keys / sizeof keys[0]; ki++)
+            for (int G = 1; G <= MAX_G; G += 2) {
+                const int D = dims[di], n = keys[ki];
+                const size_t hb = gm_kv_head_bytes(GM_KV_Q8_0, D);
+                uint8_t *kq = malloc(hb * n), *vq = malloc(hb * n);
+                float *kf = malloc(sizeof(float) * D * n), *vf = malloc(sizeof(float) * D * n), x[256];
+                const uint8_t *krow[MAX_KEYS], *vrow[MAX_KEYS];
+                const float *kfrow[MAX_KEYS], *vfrow[MAX_KEYS];
+                for (int i = 0; i < n; i++) {
+                    for (int j = 0; j < D; j++) x[j] = frand() * 3.0f;
+                    gm_ref_kv_q8_store(x, D, kq + hb * i);
+                    for (int j = 0; j < D; j++) x[j] = frand() * 10.0f;
+                    gm_ref_kv_q8_store(x, D, vq + hb * i);
+                    gm_ref_kv_q8_load(kq + hb * i, D, kf + (size_t)D * i);
+                    gm_ref_kv_q8_load(vq + hb * i, D, vf + (size_t)D * i);
+                    krow[i] = kq + hb * i, vrow[i] = vq + hb * i;
+                    kfrow[i] = kf + (size_t)D * i, vfrow[i] = vf + (size_t)D * i;
+                }
+                float q[MAX_G * 256], got[MAX_G * 256], want[MAX_G * 256], scores[MAX_G * MAX_KEYS];
+                for (int j = 0; j < G * D; j++) q[j] = frand() * 0.5f, got[j] = NAN;
+                gm_ref_attention_group_f32(q, G, kfrow, vfrow, n, D, scores, want);
+                gm_ref_attention_group_q8(q, G, krow, vrow, n, D, scores, got);
+                float max = 0.0f;
+                for (int j = 0; j < G * D; j++) max = fmaxf(max, fabsf(want[j]));
+                for (int j = 0; j < G * D; j++)
+                    if (!(fabsf(got[j] - want[j]) <= 1e-6f * max))
+                        fail_msg("D %d keys %d G %d out %d: q8 %.9g, f32 on loaded rows %.9g", D, n, G, j, got[j],
+                                 want[j]);
+                free(kq), free(vq), free(kf), free(vf);
+            }
 }
 
 /* The AVX2 GeGLU against the scalar reference over the whole useful range, tails included. */
@@ -345,6 +455,8 @@ int main(void) {
         cmocka_unit_test(test_rope_matches_formula),
         cmocka_unit_test(test_gelu_and_softcap),
         cmocka_unit_test(test_attention_ref_and_avx2),
+        cmocka_unit_test(test_kv_q8_store_and_load),
+        cmocka_unit_test(test_attention_group_q8_equals_f32_on_loaded_rows),
         cmocka_unit_test(test_gelu_mul_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,7 @@ gm_tiny_opts gm_tiny_default_opts(void) {
     o.arch = "gemma3";
     o.retype = GM_TYPE_F32;
     o.embd_amp = 1.0f;
+    o.head_dim = 16;
     return o;
 }
 
@@ -173,7 +174,7 @@ gm_tiny *gm_tiny_new(const gm_tiny_opts *opts) {
     t->n_layer = o.n_layer;
     t->n_head = 4;
     t->n_head_kv = 2;
-    t->head_dim = 16;
+    t->head_dim = o.head_dim > 0 ? o.head_dim : 16;
     t->n_ff = 96;
     t->n_ctx_train = o.n_ctx_train;
     t->window = o.window;

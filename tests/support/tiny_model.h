@@ -3,7 +3,7 @@
  * Test support only: aborts on out-of-memory; loading and running the file is the library's job.
  *
  * Usage:
- *     gm_tiny_opts o = gm_tiny_default_opts();        // H 64, 7 layers (6th is full), window 5, V 300
+ *     gm_tiny_opts o = gm_tiny_default_opts();        // H 64, D 16, 7 layers (6th is full), window 5, V 300
  *     o.omit_tensor = "blk.3.attn_k.weight";          // optional breakage
  *     gm_tiny *t = gm_tiny_new(&o);
  *     gm_tiny_write_file(t, "/tmp/x/tiny.gguf");
@@ -36,6 +36,7 @@ typedef struct gm_tiny_opts {
     int32_t window;            /* gemma3.attention.sliding_window (5); 0: key absent (all layers full) */
     float rope_base;           /* gemma3.rope.freq_base of the full layers (1e6) */
     float rope_scale;          /* linear rope scaling factor of the full layers; <= 1: no scaling keys */
+    int32_t head_dim;          /* gemma3.attention.key_length / value_length (16); 0: 16 */
     float embd_amp;            /* embeddings are uniform in [-amp, amp] (1). Tied embeddings make a random
                                   model echo its last token; 0.1 lets the layers steer greedy decoding */
     const char *arch;          /* general.architecture ("gemma3"); the keys stay gemma3.* */

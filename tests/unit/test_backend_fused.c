@@ -2,8 +2,11 @@
  * input: project (PLAIN, GEGLU, GELU_MUL; with and without its norm; without a residual update and with one, its
  * norm weighted or not, scaled or not; f32, q8_0 and q4_0 weights) against rmsnorm_add, scale, rmsnorm, matmul
  * and gelu_mul, and attention with a gm_attn_prep against rmsnorm and rope followed by attention
- * without one (the per-arch preparations, K = V, a layer reading a cache it does not write, f16 and f32 caches).
- * The forwards rely on this: a fused CPU forward must give the logits the unfused one gave. */
+ * without one (the per-arch preparations, K = V, a layer reading a cache it does not write, f16, f32 and q8_0
+ * caches). The forwards rely on this: a fused CPU forward must give the logits the unfused one gave. Attention over
+ * a q8_0 cache: each head row written where its slot is as gm_ref_kv_q8_store makes it, and the outputs those of
+ * gm_ref_attention_group_f32 over the rows loaded back (gm_ref_kv_q8_load). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +19,7 @@
 #include "kv/kv_cache.h"
 #include "model/backend.h"
 #include "quant/quant.h"
+#include "ref/ops_ref.h"
 #include "test_rng.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
@@ -159,19 +163,21 @@ static void test_project_equals_unfused_ops(void **state) {
 
 enum { N_TOK = 7, N_HEAD = 4, N_HEAD_KV = 2, HD = 32, SLOTS = 16 };
 
-/* One layer's cache of two sequences, f16 or f32, built by hand (the cache type's own constructor needs
- * model hyper-parameters); zeroed so that two caches compare equal until written. */
+/* One layer's cache of two sequences of SLOTS slots (a ring or not), N_HEAD_KV heads of head_dim values, of any
+ * type, built by hand (the cache type's own constructor needs model hyper-parameters); zeroed so that two caches
+ * compare equal until written. */
 typedef struct test_cache {
     gm_kv_cache kv;
     gm_kv_layer layer;
 } test_cache;
 
-static void cache_init(test_cache *c, bool f32) {
-    const size_t elem = f32 ? sizeof(float) : sizeof(gm_f16);
-    const size_t bytes = 2 * SLOTS * N_HEAD_KV * HD * elem;
-    c->layer = (gm_kv_layer){.owned = true, .n_slots = SLOTS, .row = N_HEAD_KV * HD, .elem = elem,
+static void cache_init(test_cache *c, gm_kv_type type, int32_t head_dim, bool ring) {
+    const size_t head_bytes = gm_kv_head_bytes(type, head_dim), slot_bytes = N_HEAD_KV * head_bytes;
+    const size_t bytes = 2 * SLOTS * slot_bytes;
+    c->layer = (gm_kv_layer){.owned = true, .ring = ring, .n_slots = SLOTS, .row = N_HEAD_KV * head_dim,
+                             .type = type, .head_bytes = head_bytes, .slot_bytes = slot_bytes,
                              .k = calloc(1, bytes), .v = calloc(1, bytes)};
-    c->kv = (gm_kv_cache){.n_seq = 2, .n_ctx = SLOTS, .n_layer = 1, .f32 = f32, .layer = &c->layer};
+    c->kv = (gm_kv_cache){.n_seq = 2, .n_ctx = SLOTS, .n_layer = 1, .type = type, .layer = &c->layer};
 }
 
 static void cache_free(test_cache *c) {
@@ -179,7 +185,7 @@ static void cache_free(test_cache *c) {
     free(c->layer.v);
 }
 
-static size_t cache_bytes(const test_cache *c) { return 2 * SLOTS * (size_t)c->layer.row * c->layer.elem; }
+static size_t cache_bytes(const test_cache *c) { return 2 * SLOTS * c->layer.slot_bytes; }
 
 /* The batch: sequence 0 at positions 0..3, sequence 1 at 0..2, interleaved. */
 static const int32_t batch_pos[N_TOK] = {0, 0, 1, 1, 2, 2, 3}, batch_seq[N_TOK] = {0, 1, 0, 1, 0, 1, 0};
@@ -240,15 +246,16 @@ static void test_attention_prep_equals_unfused_ops(void **state) {
                                            .q_scale = 0.5f};
     const struct {
         const gm_attn_prep *prep;
-        bool f32;
+        gm_kv_type type;
         int32_t window;
     } cases[] = {
-        {&gemma3, false, 0}, {&gemma3n, true, 3}, {&gemma4_k_eq_v, false, 0}, {&no_norms_no_rope, true, 2},
+        {&gemma3, GM_KV_F16, 0},           {&gemma3n, GM_KV_F32, 3},         {&gemma4_k_eq_v, GM_KV_F16, 0},
+        {&no_norms_no_rope, GM_KV_F32, 2}, {&gemma3, GM_KV_Q8_0, 3},         {&gemma4_k_eq_v, GM_KV_Q8_0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_cache cf, cu;
-        cache_init(&cf, cases[i].f32);
-        cache_init(&cu, cases[i].f32);
+        cache_init(&cf, cases[i].type, HD, false);
+        cache_init(&cu, cases[i].type, HD, false);
         check_attention(b, cases[i].prep, true, cases[i].window, &cf, &cu);
         /* a layer that reads this cache without writing it (KV sharing): only q is prepared, k and v untouched */
         check_attention(b, cases[i].prep, false, cases[i].window, &cf, &cu);
@@ -258,10 +265,104 @@ static void test_attention_prep_equals_unfused_ops(void **state) {
     b->ops->free(b);
 }
 
+/* ---- attention over a q8_0 cache ---- */
+
+enum { Q8_HD = 64, Q8_ROW = N_HEAD_KV * Q8_HD, Q8_MAX_TOK = 13 };
+
+/* One batch of n tokens: position and sequence of each. */
+typedef struct q8_batch {
+    int n;
+    int32_t pos[Q8_MAX_TOK], seq[Q8_MAX_TOK];
+} q8_batch;
+
+/* Attention (no preparation) writing the batch's random K and V into the q8_0 cache c and attending. Each head row
+ * it wrote must hold gm_ref_kv_q8_store's bytes at the place its slot has (computed here from the layout, not by
+ * gm_kv_k); each output head group must be gm_ref_attention_group_f32's over the rows of its window loaded back,
+ * within 1e-5 of the largest output. */
+static void check_q8_attention(gm_backend *b, test_cache *c, int32_t window, const q8_batch *bt) {
+    static float q[Q8_MAX_TOK * N_HEAD * Q8_HD], k[Q8_MAX_TOK * Q8_ROW], v[Q8_MAX_TOK * Q8_ROW];
+    static float out[Q8_MAX_TOK * N_HEAD * Q8_HD], want[Q8_MAX_TOK * N_HEAD * Q8_HD];
+    const int n = bt->n, group = N_HEAD / N_HEAD_KV;
+    fill(q, (int64_t)n * N_HEAD * Q8_HD, 2.0f);
+    fill(k, (int64_t)n * Q8_ROW, 2.0f);
+    fill(v, (int64_t)n * Q8_ROW, 2.0f);
+    for (int i = 0; i < n * N_HEAD * Q8_HD; i++) out[i] = NAN; /* unwritten outputs must fail */
+    const gm_attn_args a = {.kv = &c->kv, .kv_layer = 0, .write_kv = true, .n_tokens = n, .pos = bt->pos,
+                            .seq = bt->seq, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = Q8_HD,
+                            .window = window, .q = q, .k = k, .v = v, .out = out};
+    b->ops->attention(b, &a);
+
+    const gm_kv_layer *l = &c->layer;
+    const size_t hb = l->head_bytes;
+    uint8_t stored[Q8_HD + Q8_HD / 16 + 16];
+    assert_true(hb <= sizeof stored);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < N_HEAD_KV; h++) {
+            const size_t slot = (size_t)bt->seq[t] * SLOTS + (size_t)(l->ring ? bt->pos[t] % SLOTS : bt->pos[t]);
+            const size_t at = (slot * N_HEAD_KV + (size_t)h) * hb;
+            gm_ref_kv_q8_store(k + ((size_t)t * N_HEAD_KV + h) * Q8_HD, Q8_HD, stored);
+            assert_memory_equal(l->k + at, stored, hb);
+            gm_ref_kv_q8_store(v + ((size_t)t * N_HEAD_KV + h) * Q8_HD, Q8_HD, stored);
+            assert_memory_equal(l->v + at, stored, hb);
+        }
+
+    static float krows[SLOTS][Q8_HD], vrows[SLOTS][Q8_HD], scores[N_HEAD * SLOTS];
+    const float *kr[SLOTS], *vr[SLOTS];
+    for (int t = 0; t < n; t++) {
+        const int32_t pos = bt->pos[t], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        const int n_keys = pos - lo + 1;
+        assert_true(n_keys <= SLOTS);
+        for (int h = 0; h < N_HEAD_KV; h++) {
+            for (int j = 0; j < n_keys; j++) {
+                gm_ref_kv_q8_load((const uint8_t *)gm_kv_k(l, bt->seq[t], lo + j) + h * hb, Q8_HD, krows[j]);
+                gm_ref_kv_q8_load((const uint8_t *)gm_kv_v(l, bt->seq[t], lo + j) + h * hb, Q8_HD, vrows[j]);
+                kr[j] = krows[j], vr[j] = vrows[j];
+            }
+            const size_t off = ((size_t)t * N_HEAD + (size_t)h * group) * Q8_HD;
+            gm_ref_attention_group_f32(q + off, group, kr, vr, n_keys, Q8_HD, scores, want + off);
+        }
+    }
+    float max = 0.0f;
+    for (int i = 0; i < n * N_HEAD * Q8_HD; i++) max = fmaxf(max, fabsf(want[i]));
+    for (int i = 0; i < n * N_HEAD * Q8_HD; i++)
+        if (!(fabsf(out[i] - want[i]) <= 1e-5f * max))
+            fail_msg("window %d, token %d (seq %d pos %d), output %d: %.9g, the loaded rows give %.9g", window,
+                     i / (N_HEAD * Q8_HD), bt->seq[i / (N_HEAD * Q8_HD)], bt->pos[i / (N_HEAD * Q8_HD)],
+                     i % (N_HEAD * Q8_HD), out[i], want[i]);
+}
+
+/* Three batches into one q8_0 cache, each sequence's positions continuing from the last batch: two sequences
+ * interleaved; without a window (every key up to SLOTS), with one over a ring whose last batch wraps around (positions
+ * 16 and 17 in slots 0 and 1), and with one over a plain cache. */
+static void test_attention_q8_0_cache(void **state) {
+    (void)state;
+    gm_backend *b = new_backend();
+    static const q8_batch first = {7, {0, 0, 1, 1, 2, 2, 3}, {0, 1, 0, 1, 0, 1, 0}};
+    static const q8_batch second = {12, {4, 3, 5, 4, 6, 5, 7, 6, 8, 7, 9, 8}, {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}};
+    static const q8_batch third_full = {13, {10, 9, 11, 10, 12, 11, 13, 12, 14, 13, 15, 14, 15},
+                                        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1}};
+    static const q8_batch third_ring = {10, {10, 11, 9, 12, 13, 10, 14, 15, 16, 17}, {0, 0, 1, 0, 0, 1, 0, 0, 0, 0}};
+    const struct {
+        int32_t window;
+        bool ring;
+        const q8_batch *third;
+    } cases[] = {{0, false, &third_full}, {3, true, &third_ring}, {5, false, &third_full}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        test_cache c;
+        cache_init(&c, GM_KV_Q8_0, Q8_HD, cases[i].ring);
+        check_q8_attention(b, &c, cases[i].window, &first);
+        check_q8_attention(b, &c, cases[i].window, &second);
+        check_q8_attention(b, &c, cases[i].window, cases[i].third);
+        cache_free(&c);
+    }
+    b->ops->free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_project_equals_unfused_ops),
         cmocka_unit_test(test_attention_prep_equals_unfused_ops),
+        cmocka_unit_test(test_attention_q8_0_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_cli.c: the gemmac binary ($GEMMAC_CLI; skipped when unset) run as a child process without a shell:
  * every bad input exits non-zero with stdout empty and exactly one stderr line naming the problem; on the
- * tiny model of tests/support/tiny_model.h, run / logits / info agree with the library called directly. */
+ * tiny model of tests/support/tiny_model.h, run / logits / info agree with the library called directly (logits also
+ * with -ctk q8_0, on a variant with head_dim 32). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -33,6 +34,7 @@ typedef struct fixture {
     char dir[64];
     char tiny[128];       /* the default tiny model */
     char greedy[128];     /* small embeddings: greedy decoding does not just echo the last token */
+    char hd32[128];       /* head_dim 32: a q8_0 KV cache fits it */
     char llama[128];      /* general.architecture "llama" */
     char q2k[128];        /* one q2_K tensor */
     char text[128];       /* not a GGUF file */
@@ -64,6 +66,7 @@ static int group_setup(void **state) {
 #define PATH(field, name) snprintf(g.field, sizeof g.field, "%s/" name, g.dir)
     PATH(tiny, "tiny.gguf");
     PATH(greedy, "greedy.gguf");
+    PATH(hd32, "hd32.gguf");
     PATH(llama, "llama.gguf");
     PATH(q2k, "q2k.gguf");
     PATH(text, "notes.txt");
@@ -81,6 +84,9 @@ static int group_setup(void **state) {
     o.embd_amp = 0.1f;
     if (!write_model(&o, g.greedy, 0)) return -1;
     o = gm_tiny_default_opts();
+    o.head_dim = 32;
+    if (!write_model(&o, g.hd32, 0)) return -1;
+    o = gm_tiny_default_opts();
     o.arch = "llama";
     if (!write_model(&o, g.llama, 0)) return -1;
     o = gm_tiny_default_opts();
@@ -97,7 +103,7 @@ static int group_setup(void **state) {
 static int group_teardown(void **state) {
     (void)state;
     if (!g.cli) return 0;
-    const char *files[] = {g.tiny, g.greedy, g.llama, g.q2k, g.text, g.trunc, g.out, g.err, g.logits};
+    const char *files[] = {g.tiny, g.greedy, g.hd32, g.llama, g.q2k, g.text, g.trunc, g.out, g.err, g.logits};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(files[i]);
     rmdir(g.dir);
     return 0;
@@ -265,6 +271,13 @@ static void test_bad_arguments(void **state) {
     EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-npl", "1,x"), "-npl", "'1,x'");
     EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-npl", "5000"), "-npl 5000", "4096");
     EXPECT_ERROR(ARGS("bench", "-m", g.tiny, "-d", "-3"), "-d", "'-3'");
+    /* KV cache types: unknown ones by name (listing those there are), keys and values of one type, and q8_0 on head
+     * sizes that are not multiples of 32 (the library's message) */
+    EXPECT_ERROR(ARGS("run", "-m", g.tiny, "-ctk", "q4_1", "--tokens", "2"), "-ctk", "'q4_1'", "f16, f32 or q8_0");
+    EXPECT_ERROR(ARGS("run", "-m", g.tiny, "-ctv", "q8", "--tokens", "2"), "-ctv", "'q8'");
+    EXPECT_ERROR(ARGS("run", "-m", g.hd32, "-ctk", "q8_0", "-ctv", "f16", "--tokens", "2"), "-ctk q8_0", "-ctv f16",
+                 "differ");
+    EXPECT_ERROR(ARGS("run", "-m", g.tiny, "-ctk", "q8_0", "--tokens", "2"), "q8_0", "multiples of 32");
     /* a context larger than the model's: the library's message */
     EXPECT_ERROR(ARGS("run", "-m", g.tiny, "-c", "100000", "--tokens", "2"), "context size 100000");
 }
@@ -401,25 +414,28 @@ static void test_chat_reuses_cache_exactly(void **state) {
     gemmac_model_free(m);
 }
 
-static void test_logits_match_library(void **state) {
-    (void)state;
-    NEED_CLI();
+/* `gemmac logits` with the KV cache type ctk (NULL: no -ctk, the default) on the model at path against the library
+ * with type_kv: equal bit for bit. */
+static void expect_logits_match_library(const char *path, const char *ctk, gemmac_kv_type type_kv) {
     const gemmac_token tok[] = {2, 10, 11, 150, 299, 0, 7, 7, 42, 3, 200, 201};
     const int n = (int)(sizeof tok / sizeof tok[0]);
-    result r = run_cli(ARGS("logits", "-m", g.tiny, "--tokens", "2,10,11,150,299,0,7,7,42,3,200,201", "--out",
-                            g.logits));
+    const char *const tokens = "2,10,11,150,299,0,7,7,42,3,200,201";
+    result r = ctk ? run_cli(ARGS("logits", "-m", path, "--tokens", tokens, "--out", g.logits, "-ctk", ctk))
+                   : run_cli(ARGS("logits", "-m", path, "--tokens", tokens, "--out", g.logits));
     if (r.exit_code != 0) fail_msg("exit %d; stderr: %s", r.exit_code, r.err);
     free_result(&r);
     size_t size;
     char *file = slurp(g.logits, &size);
 
-    gemmac_model *m = load(g.tiny);
+    gemmac_model *m = load(path);
     gemmac_model_info info;
     gemmac_model_get_info(m, &info);
     assert_int_equal(size, (size_t)n * (size_t)info.n_vocab * sizeof(float));
     gemmac_ctx *c = NULL;
     char err[256];
-    assert_int_equal(gemmac_ctx_new(m, NULL, &c, err, sizeof err), GEMMAC_OK);
+    gemmac_ctx_params cp = gemmac_ctx_default_params();
+    cp.type_kv = type_kv;
+    assert_int_equal(gemmac_ctx_new(m, &cp, &c, err, sizeof err), GEMMAC_OK);
     int32_t pos[12], seq[12];
     int8_t want[12];
     for (int i = 0; i < n; i++) pos[i] = i, seq[i] = 0, want[i] = 1;
@@ -432,11 +448,21 @@ static void test_logits_match_library(void **state) {
         assert_true(info.n_vocab <= 512);
         memcpy(row, file + (size_t)i * info.n_vocab * sizeof(float), sizeof(float) * (size_t)info.n_vocab);
         for (int v = 0; v < info.n_vocab; v++)
-            if (row[v] != l[v]) fail_msg("position %d, token %d: file %.9g, library %.9g", i, v, row[v], l[v]);
+            if (row[v] != l[v])
+                fail_msg("%s, -ctk %s: position %d, token %d: file %.9g, library %.9g", path, ctk ? ctk : "(none)", i,
+                         v, row[v], l[v]);
     }
     free(file);
     gemmac_ctx_free(c);
     gemmac_model_free(m);
+}
+
+static void test_logits_match_library(void **state) {
+    (void)state;
+    NEED_CLI();
+    expect_logits_match_library(g.tiny, NULL, GEMMAC_KV_F16);
+    expect_logits_match_library(g.tiny, "f32", GEMMAC_KV_F32);
+    expect_logits_match_library(g.hd32, "q8_0", GEMMAC_KV_Q8_0);
 }
 
 static void test_info(void **state) {

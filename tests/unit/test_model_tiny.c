@@ -1,5 +1,5 @@
 /* test_model_tiny.c: the Gemma 3 forward pass, the KV cache (sliding-window rings, several sequences,
- * truncation) and the library's handling of bad models, contexts and batches, on the tiny random model of
+ * truncation, f16 and q8_0) and the library's handling of bad models, contexts and batches, on the tiny random model of
  * tests/support/tiny_model.h against an oracle written here in double precision from gemma-architecture.md
  * §2.1 and §2.7. The oracle shares no code with the engine; the real-model check is test_llama_reference.c. */
 #include <math.h>
@@ -31,6 +31,11 @@
 /* A Q8_0 weight also quantizes the activations it meets to 8 bits (steps of amax/127) in that one matmul;
  * measured 8.8e-4 on this model, tolerated up to 5e-3. */
 #define TOL_Q8_0 5e-3
+
+/* A q8_0 KV cache (on the tiny model with head_dim 32) rounds each cached key and value to a step of its block's
+ * amax/127 instead of f16's relative 2^-11: measured 2.2e-3 (f16: 0.95e-4 on the same model), tolerated up to 1e-2,
+ * still well under what a wrong scale, slot or window gives (order 1e-1 and more). */
+#define TOL_KV_Q8_0 1e-2
 
 #define SEQ_LEN 23 /* longer than the window (5) and than window + n_batch of the ring tests */
 
@@ -609,20 +614,28 @@ static void test_load_errors(void **state) {
 #undef CASE
 }
 
+/* A variant of the tiny model (o) written to <fixture dir>/name and loaded; its description in *t. */
+static gemmac_model *load_variant(const gm_tiny_opts *o, const char *name, gm_tiny **t) {
+    *t = gm_tiny_new(o);
+    char path[160], err[512];
+    snprintf(path, sizeof path, "%s/%s", g_fx.dir, name);
+    assert_true(gm_tiny_write_file(*t, path));
+    gemmac_model *m = NULL;
+    const gemmac_status st = gemmac_model_load(path, NULL, &m, err, sizeof err);
+    unlink(path);
+    if (st != GEMMAC_OK) fail_msg("loading %s: %s", name, err);
+    return m;
+}
+
 /* A tensor of a supported quantized type loads and runs: the oracle over its dequantized weights agrees. */
 static void test_q8_0_tensor_runs(void **state) {
     (void)state;
     gm_tiny_opts o = gm_tiny_default_opts();
     o.retype_tensor = "blk.1.ffn_gate.weight";
     o.retype = GM_TYPE_Q8_0;
-    gm_tiny *t = gm_tiny_new(&o);
-    char path[160], err[512];
-    snprintf(path, sizeof path, "%s/q8.gguf", g_fx.dir);
-    assert_true(gm_tiny_write_file(t, path));
-    gemmac_model *m = NULL;
-    gemmac_status st = gemmac_model_load(path, NULL, &m, err, sizeof err);
-    unlink(path);
-    if (st != GEMMAC_OK) fail_msg("loading a model with a q8_0 tensor: %s", err);
+    gm_tiny *t = NULL;
+    gemmac_model *m = load_variant(&o, "q8.gguf", &t);
+    char err[512];
     gemmac_ctx *c = NULL;
     assert_int_equal(gemmac_ctx_new(m, NULL, &c, err, sizeof err), GEMMAC_OK);
     int32_t tok[SEQ_LEN], pos[SEQ_LEN], seq[SEQ_LEN];
@@ -647,14 +660,9 @@ static void test_no_window_model(void **state) {
     (void)state;
     gm_tiny_opts o = gm_tiny_default_opts();
     o.window = 0;
-    gm_tiny *t = gm_tiny_new(&o);
-    char path[160], err[512];
-    snprintf(path, sizeof path, "%s/nowin.gguf", g_fx.dir);
-    assert_true(gm_tiny_write_file(t, path));
-    gemmac_model *m = NULL;
-    gemmac_status st = gemmac_model_load(path, NULL, &m, err, sizeof err);
-    unlink(path);
-    if (st != GEMMAC_OK) fail_msg("%s", err);
+    gm_tiny *t = NULL;
+    gemmac_model *m = load_variant(&o, "nowin.gguf", &t);
+    char err[512];
     gemmac_ctx_params p = gemmac_ctx_default_params();
     p.n_batch = 3;
     gemmac_ctx *c = NULL;
@@ -674,6 +682,55 @@ static void test_no_window_model(void **state) {
     /* and truncation far back works, since no layer keeps a ring */
     assert_int_equal(gemmac_ctx_seq_truncate(c, 0, 2), GEMMAC_OK);
     free(ref), free(got);
+    gemmac_ctx_free(c);
+    gemmac_model_free(m);
+    gm_tiny_free(t);
+}
+
+/* A q8_0 KV cache: refused, naming the problem, for head sizes that are not multiples of 32 (16 in the default tiny
+ * model); with head_dim 32 it decodes in chunks over a ring close to the oracle, its logits are not the f16 cache's
+ * (the type reaches the cache), and a copied sequence continues exactly as the original does. */
+static void test_q8_0_kv_cache(void **state) {
+    (void)state;
+    gemmac_ctx_params p = gemmac_ctx_default_params();
+    p.type_kv = GEMMAC_KV_Q8_0;
+    gemmac_ctx *c = (gemmac_ctx *)&p;
+    char err[512] = "";
+    assert_int_equal(gemmac_ctx_new(g_fx.m, &p, &c, err, sizeof err), GEMMAC_ERR_UNSUPPORTED);
+    assert_null(c);
+    static const char *const subs[] = {"q8_0", "multiples of 32", "is 16"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+        if (!strstr(err, subs[i])) fail_msg("message \"%s\" lacks \"%s\"", err, subs[i]);
+
+    gm_tiny_opts o = gm_tiny_default_opts();
+    o.head_dim = 32;
+    gm_tiny *t = NULL;
+    gemmac_model *m = load_variant(&o, "hd32.gguf", &t);
+    p.n_seq_max = 2;
+    p.n_batch = 3; /* sliding layers keep a ring of window + 3 slots */
+    if (gemmac_ctx_new(m, &p, &c, err, sizeof err) != GEMMAC_OK) fail_msg("a q8_0 cache with head_dim 32: %s", err);
+    const int V = t->n_vocab;
+    int32_t tok[SEQ_LEN + 3];
+    make_tokens(40, tok, SEQ_LEN + 3);
+    double *ref = oracle(t, &k_spec, tok, SEQ_LEN + 3);
+    float *got = decode_seq(c, 0, tok, SEQ_LEN, 0, 3);
+    expect_close(ref, got, SEQ_LEN, V, TOL_KV_Q8_0, "q8_0 KV cache, chunks of 3");
+
+    gemmac_ctx_params p16 = p;
+    p16.type_kv = GEMMAC_KV_F16;
+    gemmac_ctx *c16 = NULL;
+    assert_int_equal(gemmac_ctx_new(m, &p16, &c16, err, sizeof err), GEMMAC_OK);
+    float *got16 = decode_seq(c16, 0, tok, SEQ_LEN, 0, 3);
+    expect_close(ref, got16, SEQ_LEN, V, TOL, "f16 KV cache, head_dim 32");
+    assert_true(memcmp(got, got16, sizeof(float) * (size_t)SEQ_LEN * V) != 0);
+
+    assert_int_equal(gemmac_ctx_seq_copy(c, 0, 1), GEMMAC_OK);
+    float *fork = decode_seq(c, 1, tok + SEQ_LEN, 3, SEQ_LEN, 3);
+    float *orig = decode_seq(c, 0, tok + SEQ_LEN, 3, SEQ_LEN, 3);
+    assert_memory_equal(fork, orig, sizeof(float) * 3 * (size_t)V);
+    expect_close(ref + (size_t)SEQ_LEN * V, orig, 3, V, TOL_KV_Q8_0, "q8_0 KV cache, continued after a copy");
+    free(ref), free(got), free(got16), free(fork), free(orig);
+    gemmac_ctx_free(c16);
     gemmac_ctx_free(c);
     gemmac_model_free(m);
     gm_tiny_free(t);
@@ -912,6 +969,7 @@ int main(void) {
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_q8_0_tensor_runs),
         cmocka_unit_test(test_no_window_model),
+        cmocka_unit_test(test_q8_0_kv_cache),
         cmocka_unit_test(test_context_params),
         cmocka_unit_test(test_context_full),
         cmocka_unit_test(test_bad_batches),
