@@ -1,12 +1,13 @@
 /* attention_cuda.cu: the KV store and the attention of the CUDA backend. Owns: writing a batch's K/V rows
- * into a layer's cache (f16 or f32, ring slots for sliding layers) and split-K ("flash decoding") attention
+ * into a layer's cache (f16, f32 or q8_0 head rows, ring slots for sliding layers) and split-K ("flash decoding") attention
  * with GQA: one block per (split of the visible keys, KV head, tile of batch tokens) attends the G query heads of
  * that KV head for every token of the tile (16 / G consecutive tokens of one sequence when the batch is long
  * enough, gm_cuda_attention_plan; else one token) with an online softmax over chunks of keys; the last block of
  * each (tile, KV head) to finish merges the splits in the same launch, and optionally writes the output quantized
  * (q8_0 / q8_K, the bytes of gm_cuda_quantize_act) for the projection that reads it. Decode launches (one token per
  * block, f16 cache) take the staged kernel instead: K/V tiles copied into shared memory two tiles ahead, scores and
- * values on the tensor cores, the same splits, merge and output; in a decode step (one_per_seq) it requests its
+ * values on the tensor cores, the same splits, merge and output (a q8_0 cache: its rows copied as they are, then
+ * converted to f16 tiles in shared memory, tile by tile); in a decode step (one_per_seq) it requests its
  * first tiles' older keys before waiting on the launch before. Also the attention op's preparation (q/k/v norms,
  * RoPE) fused with the KV store: its own launch, or (gm_cuda_attn.prep with one_per_seq and fuse_prep, a decode
  * step) inside the attention's blocks: the split kernel's through shared memory and block barriers (measured slower
@@ -35,41 +36,90 @@
 
 enum { ATT_THREADS = 128 };
 
-/* ---- KV store ---- */
+/* ---- the cache's element types ----
+ * __half (f16), float (f32), or KvQ8: src/kv's q8_0 head rows (D int8 values, then D / 32 f16 scales, padded to
+ * 16 bytes; value i = q[i] · d[i / 32]). Head row hr (= (seq · n_slots + slot) · n_head_kv + kvh) starts at
+ * kv_head<KV>(base, hr, D). A q8_0 row is written by whole warps, lane l value 32·b + l of each block b, quantized
+ * as gm_quantize_q8_0_act_ref (act_quant_cuda.cuh's scales: the CPU backend's bytes). */
+struct KvQ8 {
+    int8_t q;
+};
+static_assert((int)GMC_KV_F16 == (int)GMC_F16 && (int)GMC_KV_F32 == (int)GMC_F32 && (int)GMC_KV_Q8_0 == (int)GMC_Q8_0,
+              "gm_cuda_kv.type values");
+
 template <typename KV>
-__global__ void kv_store_kernel(KV *__restrict__ kc, KV *__restrict__ vc, const float *__restrict__ k,
-                                const float *__restrict__ v, int row, int n_slots, int ring,
+__host__ __device__ constexpr size_t kv_head_bytes(int D) {
+    if constexpr (sizeof(KV) == 1) return ((size_t)D + (size_t)D / 16 + 15) & ~(size_t)15;
+    else return (size_t)D * sizeof(KV);
+}
+template <typename KV>
+__device__ __forceinline__ unsigned char *kv_head(void *base, size_t hr, int D) {
+    return (unsigned char *)base + hr * kv_head_bytes<KV>(D);
+}
+template <typename KV>
+__device__ __forceinline__ const unsigned char *kv_head(const void *base, size_t hr, int D) {
+    return (const unsigned char *)base + hr * kv_head_bytes<KV>(D);
+}
+
+/* Value e of a head row h of D values: one warp per 32 (e = 32·b + lane, every lane of the warp) for q8_0. */
+template <typename KV>
+__device__ __forceinline__ void kv_put(unsigned char *h, int D, int e, float x) {
+    if constexpr (sizeof(KV) == 1) {
+        const float amax = gmc_warp_max(fabsf(x));
+        h[e] = (unsigned char)(int8_t)__float2int_rn(__fmul_rn(x, q8_0_inv_scale(amax)));
+        const int lane = e & 31, pad = (int)kv_head_bytes<KvQ8>(D) - D - D / 16;
+        if (lane == 0) ((__half *)(h + D))[e / 32] = __float2half_rn(q8_0_scale(amax));
+        if (e - lane == D - 32 && lane < pad) h[D + D / 16 + lane] = 0; /* the padding, by the last block's warp */
+    } else if constexpr (sizeof(KV) == 2) {
+        ((__half *)h)[e] = __float2half_rn(x);
+    } else {
+        ((float *)h)[e] = x;
+    }
+}
+
+/* Value e of a head row as a float (q8_0: q · d, exact in f32). */
+template <typename KV>
+__device__ __forceinline__ float kv_get(const unsigned char *h, int D, int e) {
+    if constexpr (sizeof(KV) == 1) return (float)(int8_t)h[e] * __half2float(((const __half *)(h + D))[e / 32]);
+    else if constexpr (sizeof(KV) == 2) return __half2float(((const __half *)h)[e]);
+    else return ((const float *)h)[e];
+}
+
+/* ---- KV store: thread j of a token's row of n_head_kv · D values (q8_0: warps of 32 in one head, as D % 32 = 0) */
+template <typename KV>
+__global__ void kv_store_kernel(void *__restrict__ kc, void *__restrict__ vc, const float *__restrict__ k,
+                                const float *__restrict__ v, int D, int n_head_kv, int n_slots, int ring,
                                 const int32_t *__restrict__ pos, const int32_t *__restrict__ seq) {
     gmc_pdl_wait();
-    const int t = blockIdx.y;
+    const int t = blockIdx.y, row = n_head_kv * D;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= row) return;
     const int p = pos[t];
     const int slot = ring ? p % n_slots : p;
-    const size_t dst = ((size_t)seq[t] * n_slots + slot) * row + j;
+    const size_t hr = ((size_t)seq[t] * n_slots + slot) * n_head_kv + j / D;
     const size_t src = (size_t)t * row + j;
-    if constexpr (sizeof(KV) == 2) {
-        kc[dst] = __float2half_rn(k[src]);
-        vc[dst] = __float2half_rn(v[src]);
-    } else {
-        kc[dst] = k[src];
-        vc[dst] = v[src];
-    }
+    kv_put<KV>(kv_head<KV>(kc, hr, D), D, j % D, k[src]);
+    kv_put<KV>(kv_head<KV>(vc, hr, D), D, j % D, v[src]);
+}
+
+static bool kv_type_ok(const gm_cuda_kv *kv) {
+    return kv->type == GMC_F16 || kv->type == GMC_F32 || (kv->type == GMC_Q8_0 && kv->head_dim % 32 == 0);
 }
 
 extern "C" int gm_cuda_kv_store(const gm_cuda_kv *kv, const float *k, const float *v, int32_t n_tokens,
                                 const int32_t *pos, const int32_t *seq, gm_cuda_stream stream) {
-    if (!kv || !kv->k || !kv->v || !k || !v || !pos || !seq || n_tokens < 0 || (kv->type != GMC_F16 && kv->type != GMC_F32))
+    if (!kv || !kv->k || !kv->v || !k || !v || !pos || !seq || n_tokens < 0 || !kv_type_ok(kv))
         return gmc_fail(-1, "kv_store: bad arguments");
     if (n_tokens == 0) return 0;
     const int row = kv->n_head_kv * kv->head_dim;
     const dim3 grid((unsigned)((row + 255) / 256), (unsigned)n_tokens);
-    if (kv->type == GMC_F16)
-        gmc_launch(kv_store_kernel<__half>, grid, 256, 0, stream, (__half *)kv->k, (__half *)kv->v, k, v, row, kv->n_slots,
-                                                          kv->ring, pos, seq);
-    else
-        gmc_launch(kv_store_kernel<float>, grid, 256, 0, stream, (float *)kv->k, (float *)kv->v, k, v, row, kv->n_slots,
-                                                         kv->ring, pos, seq);
+#define GMC_KV_STORE(KV)                                                                                            \
+    gmc_launch(kv_store_kernel<KV>, grid, 256, 0, stream, kv->k, kv->v, k, v, kv->head_dim, kv->n_head_kv, kv->n_slots, \
+               kv->ring, pos, seq)
+    if (kv->type == GMC_F16) GMC_KV_STORE(__half);
+    else if (kv->type == GMC_F32) GMC_KV_STORE(float);
+    else GMC_KV_STORE(KvQ8);
+#undef GMC_KV_STORE
     return gmc_check_launch("kv_store");
 }
 
@@ -97,12 +147,10 @@ __device__ void prep_head(const float *src, int D, bool do_norm, const float *__
     __syncthreads();
 }
 
+/* A head row from shared memory, by the whole block (blockDim.x a multiple of 32: q8_0's warps of 32). */
 template <typename KV>
-__device__ __forceinline__ void store_row(KV *dst, const float *sh, int D) {
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        if constexpr (sizeof(KV) == 2) dst[i] = __float2half_rn(sh[i]);
-        else dst[i] = sh[i];
-    }
+__device__ __forceinline__ void store_row(unsigned char *dst, const float *sh, int D) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) kv_put<KV>(dst, D, i, sh[i]);
 }
 
 struct PrepArgs {
@@ -129,20 +177,20 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_prep_kernel(const __grid_co
     const int kh = h - p.n_head;
     const size_t src = ((size_t)t * a.n_head_kv + kh) * D;
     const int slot = a.ring ? p.pos[t] % a.n_slots : p.pos[t];
-    const size_t dst = (((size_t)p.seq[t] * a.n_slots + slot) * a.n_head_kv + kh) * D;
+    const size_t hr = ((size_t)p.seq[t] * a.n_slots + slot) * a.n_head_kv + kh;
     prep_head((p.v_from_k ? p.k : p.v) + src, D, p.v_norm != 0, NULL, p.eps, 0, 0.0f, 1.0f, 1.0f, NULL, 1.0f, sh);
-    store_row((KV *)a.vc + dst, sh, D);
+    store_row<KV>(kv_head<KV>(a.vc, hr, D), sh, D);
     __syncthreads();
     prep_head(p.k + src, D, p.k_norm != NULL, p.k_norm, p.eps, p.n_rot, pos, a.theta_scale, p.freq_scale,
               p.freq_factors, 1.0f, sh);
-    store_row((KV *)a.kc + dst, sh, D);
+    store_row<KV>(kv_head<KV>(a.kc, hr, D), sh, D);
 }
 
 static bool prep_args_ok(const gm_cuda_prep *p) {
     return p && p->q && p->pos && p->n_tokens >= 0 && p->n_head > 0 && p->head_dim > 0 && p->head_dim % 2 == 0 &&
            p->head_dim <= 1024 && p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= p->head_dim &&
            (!p->kv || (p->k && (p->v || p->v_from_k) && p->seq && p->kv->k && p->kv->v &&
-                       p->kv->head_dim == p->head_dim && (p->kv->type == GMC_F16 || p->kv->type == GMC_F32)));
+                       p->kv->head_dim == p->head_dim && kv_type_ok(p->kv)));
 }
 
 /* RoPE's theta step as rope_kernel's host code computes it (powf of the host). */
@@ -160,7 +208,8 @@ extern "C" int gm_cuda_attn_prep(const gm_cuda_prep *p, gm_cuda_stream stream) {
     const dim3 grid((unsigned)(p->n_head + a.n_head_kv), (unsigned)p->n_tokens);
     const size_t smem = (size_t)p->head_dim * sizeof(float);
     if (!p->kv || p->kv->type == GMC_F16) gmc_launch(attn_prep_kernel<__half>, grid, PREP_THREADS, smem, stream, a);
-    else gmc_launch(attn_prep_kernel<float>, grid, PREP_THREADS, smem, stream, a);
+    else if (p->kv->type == GMC_F32) gmc_launch(attn_prep_kernel<float>, grid, PREP_THREADS, smem, stream, a);
+    else gmc_launch(attn_prep_kernel<KvQ8>, grid, PREP_THREADS, smem, stream, a);
     return gmc_check_launch("attn_prep");
 }
 
@@ -173,9 +222,24 @@ __device__ __forceinline__ T ld_ro(const T *p) {
     else return __ldg(p);
 }
 
+/* Values e0 .. e0 + VE - 1 of head row h (D values; e0 a multiple of VE, VE <= 32 dividing 32: one q8_0 block). */
 template <typename KV, int VE, bool CG = false>
-__device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
-    if constexpr (sizeof(KV) == 2) {
+__device__ __forceinline__ void ld_kv(const unsigned char *h, int D, int e0, float out[VE]) {
+    if constexpr (sizeof(KV) == 1) {
+        const float d = __half2float(ld_ro<CG>((const __half *)(h + D) + e0 / 32));
+        int8_t qv[VE];
+        if constexpr (VE == 16) *(uint4 *)qv = ld_ro<CG>((const uint4 *)(h + e0));
+        else if constexpr (VE == 8) *(uint2 *)qv = ld_ro<CG>((const uint2 *)(h + e0));
+        else if constexpr (VE == 4) *(unsigned int *)qv = ld_ro<CG>((const unsigned int *)(h + e0));
+        else if constexpr (VE == 2) *(unsigned short *)qv = ld_ro<CG>((const unsigned short *)(h + e0));
+        else {
+#pragma unroll
+            for (int i = 0; i < VE; i++) qv[i] = (int8_t)ld_ro<CG>(h + e0 + i);
+        }
+#pragma unroll
+        for (int i = 0; i < VE; i++) out[i] = (float)qv[i] * d;
+    } else if constexpr (sizeof(KV) == 2) {
+        const __half *p = (const __half *)h + e0;
         if constexpr (VE == 8) {
             const uint4 u = ld_ro<CG>((const uint4 *)p);
             const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -197,6 +261,7 @@ __device__ __forceinline__ void ld_kv(const KV *p, float out[VE]) {
             for (int i = 0; i < VE; i++) out[i] = __half2float(ld_ro<CG>(p + i));
         }
     } else {
+        const float *p = (const float *)h + e0;
         if constexpr (VE % 4 == 0) {
 #pragma unroll
             for (int i = 0; i < VE / 4; i++) {
@@ -514,14 +579,14 @@ __device__ __forceinline__ void attn_finish(const float (&acc)[R][D / ATT_THREAD
  * K/V then read through L2 (ld_kv's CG), as this launch writes cache rows. */
 template <typename KV, int D, int G, int TQ, int TPK, bool PREP = false, bool WVP = false>
 __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
-    const KV *kc, const KV *vc, int n_slots, int ring, int n_head_kv,
+    const void *kc, const void *vc, int n_slots, int ring, int n_head_kv,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks,
     int n_splits, const float *__restrict__ q, const AttnOut res, const __grid_constant__ AttnPrep pr) {
     static_assert(!PREP || TQ == 1, "the fused preparation is for one token per block");
     gmc_pdl_wait();
     constexpr int R = TQ * G;
     constexpr int CHUNK = ATT_THREADS / TPK;
-    constexpr int VE = sizeof(KV) == 2 ? 8 : 4; /* values per 16-byte load */
+    constexpr int VE = 16 / sizeof(KV);          /* values per 16-byte load */
     constexpr int NV = D / VE;                   /* 16-byte pieces per key row */
     constexpr int VPT = NV / TPK;                /* of them per thread in the score phase */
     constexpr int DPT = D / ATT_THREADS;         /* output dims per thread */
@@ -565,9 +630,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
         __syncthreads();
         prep_fused<D, G>(q_s, kv_s, own, pr, (float)HI);
         if (own) {
-            const size_t dst = (((size_t)sq * n_slots + (ring ? HI % n_slots : HI)) * n_head_kv + kvh) * D;
-            store_row((KV *)vc + dst, kv_s[0], D);
-            store_row((KV *)kc + dst, kv_s[1], D);
+            const size_t hr = ((size_t)sq * n_slots + (ring ? HI % n_slots : HI)) * n_head_kv + kvh;
+            store_row<KV>(kv_head<KV>((void *)vc, hr, D), kv_s[0], D);
+            store_row<KV>(kv_head<KV>((void *)kc, hr, D), kv_s[1], D);
         }
     }
     if (threadIdx.x < R) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
@@ -600,12 +665,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
         for (int r = 0; r < R; r++) s[r] = 0.0f;
         if (kj < cn) {
             const int slot = ring ? kp % n_slots : kp;
-            const KV *krow = kc + ((seq_base + slot) * n_head_kv + kvh) * D;
+            const unsigned char *krow = kv_head<KV>(kc, (seq_base + slot) * n_head_kv + kvh, D);
 #pragma unroll(VPT < 8 ? VPT : 8)
             for (int v = 0; v < VPT; v++) {
                 const int e0 = (v * TPK + part) * VE;
                 float kv[VE];
-                ld_kv<KV, VE, PREP>(krow + e0, kv);
+                ld_kv<KV, VE, PREP>(krow, D, e0, kv);
 #pragma unroll
                 for (int r = 0; r < R; r++)
 #pragma unroll
@@ -654,10 +719,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
                 if (jj >= cn) break;
                 const int vp = LO + c0 + jj;
                 const int slot = ring ? vp % n_slots : vp;
-                const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D;
+                const unsigned char *vrow = kv_head<KV>(vc, (seq_base + slot) * n_head_kv + kvh, D);
                 float vv[DPL], pr[R];
 #pragma unroll
-                for (int i = 0; i < DPL / VE; i++) ld_kv<KV, VE, PREP>(vrow + (lane + 32 * i) * VE, &vv[i * VE]);
+                for (int i = 0; i < DPL / VE; i++) ld_kv<KV, VE, PREP>(vrow, D, (lane + 32 * i) * VE, &vv[i * VE]);
                 load_p_row<R>(&p_s[jj][0], pr);
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -676,9 +741,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_split_kernel(
             for (int jj = 0; jj < cn; jj++) {
                 const int vp = LO + c0 + jj;
                 const int slot = ring ? vp % n_slots : vp;
-                const KV *vrow = vc + ((seq_base + slot) * n_head_kv + kvh) * D + d0;
+                const unsigned char *vrow = kv_head<KV>(vc, (seq_base + slot) * n_head_kv + kvh, D);
                 float vv[DPT], pr[R];
-                ld_kv<KV, DPT, PREP>(vrow, vv);
+                ld_kv<KV, DPT, PREP>(vrow, D, d0, vv);
                 load_p_row<R>(&p_s[jj][0], pr);
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -782,7 +847,7 @@ __device__ __forceinline__ void prep_row_warp(float (&x)[D / 32], bool norm, con
 }
 
 /* ---- staged decode attention on the tensor cores ----
- * One token per block, as attn_split_kernel with TQ = 1 (block (split, kvh, token); f16 cache; G <= 8), for decode
+ * One token per block, as attn_split_kernel with TQ = 1 (block (split, kvh, token); f16 or q8_0 cache; G <= 8), for decode
  * steps: the split's keys go in tiles of KT keys whose K and V rows cp.async copies into shared memory, the next
  * two tiles' while the block computes on this one, so that a block has two tiles (2 · 2·KT·D·2 bytes) in flight.
  * The products run on the tensor cores (mma m16n8k16, f16 in, f32 sums), the G query heads padded to the 8
@@ -807,48 +872,94 @@ __device__ __forceinline__ void prep_row_warp(float (&x)[D / 32], bool norm, con
  * read ~2.2 TB/s at 256 sequences, issue-bound by an estimate (~1200 instructions a thread per 32-key tile); a
  * tile here issues KT·D/64 mma (both parts) for the block.
  * Cost (E4B sliding layer, 256 sequences at depth 1024, 2 KV heads, D = 256, 512 keys): K/V 268 MB -> 60 us at
- * 4.46 TB/s (the measured read bandwidth). */
+ * 4.46 TB/s (the measured read bandwidth).
+ * A q8_0 cache (KV = KvQ8): the stages hold the head rows as copied (D int8, then the scales: HB bytes a row,
+ * [stage][K, V][KT][HB]), and the products take their A fragments from them with 32-bit loads, each int8 pair made
+ * an exact f16 pair (i8x2_half2). The dims (k of the scores, m of the values) are taken in a permuted order so that
+ * one word of a row serves a fragment: in the scores, k-step columns 2·t4, 2·t4 + 1, 2·t4 + 8, 2·t4 + 9 are dims
+ * 4·t4 .. 4·t4 + 3 of its 16 (q's B fragments follow), and each block of 32 dims is summed apart and times the key's
+ * scale after (exact); in the values, a block of 32 dims is two m-tiles, rows g, g + 8 of the first dims 4g, 4g + 1,
+ * of the second 4g + 2, 4g + 3, the pairs of keys gathered from two rows' words by __byte_perm, and the value scale
+ * folded into the weights: B = P · d_v · 64 as two f16 parts (64: the small weights' low parts clear of f16's
+ * subnormals; divided out at the end). So no conversion pass and no f16 copy: the same barriers as f16 and results
+ * within float rounding of gm_ref_attention_group_q8. Bytes 17/32 of f16's (HB = 272 at D = 256): the 60 us above ->
+ * ~32 us if still bound by the reads. Shared memory ~29 KB at D = 256, ~55 KB at D = 512. Measured against a first
+ * version that converted each tile to an f16 stage (one more barrier and pass a tile; H100, 2026-12-07): 256
+ * sequences at depth 1024 16.3k -> 16.05k t/s, no faster than f16. */
 enum { STAGED_TILE_BYTES = 8192, STAGED_STAGES = 3, STAGED_MAX_G = 8 };
 
-template <int D, int G>
+template <typename KV, int D, int G>
 struct StagedShape {
-    /* keys per tile: STAGED_TILE_BYTES of K, at least an m-tile (32, 16, 16 at D = 128, 256, 512) */
-    static constexpr int KT = STAGED_TILE_BYTES / (2 * D) > 16 ? STAGED_TILE_BYTES / (2 * D) : 16;
+    static constexpr bool Q8 = sizeof(KV) == 1;
+    /* keys per tile: STAGED_TILE_BYTES of K, at least an m-tile (f16: 32, 16, 16 at D = 128, 256, 512; q8_0, about a
+     * byte a value: 64, 32, 16) */
+    static constexpr int KT_BYTES = STAGED_TILE_BYTES / (Q8 ? D : 2 * D);
+    static constexpr int KT = KT_BYTES > 16 ? KT_BYTES : 16;
     static constexpr int MT = KT / 16;                     /* m-tiles of keys in the score phase */
     static constexpr int KS = (ATT_THREADS / 32) / MT;     /* warps sharing an m-tile, each a share of the dims */
     static constexpr int KSTEPS = D / 16 / KS;             /* a warp's k-steps in the score phase (8) */
     static constexpr int PV_MT = D / 16 / (ATT_THREADS / 32); /* a warp's m-tiles of dims in the value phase */
     static constexpr int PV_KS = KT / 16;                  /* k-steps of 16 keys in the value phase */
     static constexpr int PH = KT + 8;                      /* P row stride in halves: rows in different banks */
-    static constexpr size_t KV_BYTES = (size_t)2 * STAGED_STAGES * KT * D * sizeof(__half);
+    static constexpr size_t HB = kv_head_bytes<KV>(D);    /* a head row's bytes in the cache */
+    /* the stages: f16 rows [K, V][stage][KT][D] (swizzled), or q8_0 rows as copied [stage][K, V][KT][HB] */
+    static constexpr size_t KV_BYTES = Q8 ? (size_t)2 * STAGED_STAGES * KT * HB : (size_t)2 * STAGED_STAGES * KT * D * sizeof(__half);
     static constexpr size_t QH_BYTES = (size_t)2 * 8 * D * sizeof(__half); /* q's f16 parts, over the last stage */
     static constexpr size_t SP_BYTES = (size_t)KS * KT * 8 * sizeof(float);
-    static constexpr size_t PH_BYTES = ((size_t)2 * 8 * PH * sizeof(__half) + 15) & ~(size_t)15; /* P's, the same */
+    static constexpr int PF = KT + 4; /* q8_0: the f32 weights' row stride */
+    /* P's two f16 parts [2][8][PH], or (q8_0) P in f32 [8][PF] */
+    static constexpr size_t PH_BYTES = ((Q8 ? (size_t)8 * PF * sizeof(float) : (size_t)2 * 8 * PH * sizeof(__half)) + 15) & ~(size_t)15;
     static constexpr size_t SMEM = KV_BYTES + SP_BYTES + PH_BYTES; /* the output staged over K/V at the end */
+    /* q's parts over the last stage: f16 its K rows, q8_0 its K and V rows */
+    static constexpr size_t QH_ROOM = Q8 ? (size_t)2 * KT * HB : (size_t)KT * D * sizeof(__half);
     static_assert(D / 8 >= 8 && MT >= 1 && MT <= 4 && KS * MT == 4 && G <= STAGED_MAX_G &&
-                  (size_t)G * D * sizeof(float) <= KV_BYTES && QH_BYTES <= (size_t)KT * D * sizeof(__half),
-                  "staged shape");
+                  (size_t)G * D * sizeof(float) <= KV_BYTES && QH_BYTES <= QH_ROOM && HB % 16 == 0 &&
+                  (!Q8 || (KSTEPS % 2 == 0 && PV_MT % 2 == 0)), "staged shape");
 };
 
 /* Where piece pc (8 halves) of tile row j sits, in halves from the row's start. */
 __device__ __forceinline__ int staged_at(int j, int pc) { return (pc ^ (j & 7)) * 8; }
 
-template <int D, int G, bool PREP>
+/* Two int8 values of w as an f16 pair, exactly: bytes 0, 1 (HI false) or 2, 3 (HI true), low half first. Each byte
+ * biased by 128 (^ 0x80) is placed under 0x64: the half 1024 + byte; minus 1152 leaves the int8 value. */
+template <bool HI>
+__device__ __forceinline__ uint32_t i8x2_half2(uint32_t w) {
+    const uint32_t hw = __byte_perm(w ^ 0x80808080u, 0x64646464u, HI ? 0x5342u : 0x5140u);
+    const __half2 h = __hsub2(*(const __half2 *)&hw, __float2half2_rn(1152.0f));
+    return *(const uint32_t *)&h;
+}
+
+/* x, y as two f16 pairs: hi = f16(x, y), lo = f16 of what hi leaves out (x = hi + lo to ~2^-22). */
+__device__ __forceinline__ void split_half2(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    hi = *(const uint32_t *)&h, lo = *(const uint32_t *)&l;
+}
+
+template <typename KV, int D, int G, bool PREP>
 __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
-    const __half *kc, const __half *vc, int n_slots, int ring, int n_head_kv, const int32_t *__restrict__ pos,
+    const void *kc, const void *vc, int n_slots, int ring, int n_head_kv, const int32_t *__restrict__ pos,
     const int32_t *__restrict__ seq, int n_tokens, int n_head, int window, int ks, int n_splits,
     const float *__restrict__ q, const AttnOut res, const __grid_constant__ AttnPrep pr, int early) {
-    using S = StagedShape<D, G>;
-    constexpr int KT = S::KT, MT = S::MT, NST = STAGED_STAGES, PPR = D / 8, PH = S::PH;
+    using S = StagedShape<KV, D, G>;
+    constexpr bool Q8 = S::Q8;
+    static_assert(!(PREP && Q8), "the fused preparation is built for an f16 cache");
+    constexpr int KT = S::KT, MT = S::MT, NST = STAGED_STAGES, PH = S::PH;
+    constexpr int HB = (int)S::HB, PPR = Q8 ? HB / 16 : D / 8; /* 16-byte pieces a row copies */
     constexpr int DPT = D / ATT_THREADS; /* output dims per thread in attn_finish's layout */
     extern __shared__ __align__(16) unsigned char staged_smem[];
-    __half *k_s = (__half *)staged_smem; /* [NST][KT][D], then V the same */
+    __half *k_s = (__half *)staged_smem; /* f16: [NST][KT][D], then V the same */
     __half *v_s = k_s + (size_t)NST * KT * D;
-    /* q's parts [2][8][D] in the last stage's K rows, which the loads before the loop (tiles 0 .. NST - 2) leave
-     * alone: read into registers before the loop, whose first barrier comes before that stage's loads */
-    __half(*q_h)[8][D] = (__half(*)[8][D])(k_s + (size_t)(NST - 1) * KT * D);
+    unsigned char *raw = staged_smem;    /* q8_0: [NST][K, V][KT][HB] */
+    /* q's parts [2][8][D] in the last stage (f16: its K rows; q8_0: its K and V rows), which the loads before the loop
+     * (tiles 0 .. NST - 2) leave alone: read into registers before the loop, whose first barrier comes before that
+     * stage's loads */
+    __half(*q_h)[8][D] = (__half(*)[8][D])(Q8 ? (void *)(raw + (size_t)(NST - 1) * 2 * KT * HB)
+                                              : (void *)(k_s + (size_t)(NST - 1) * KT * D));
     float(*s_part)[KT][8] = (float(*)[KT][8])(staged_smem + S::KV_BYTES);                   /* [KS][KT][8] */
     __half(*p_h)[8][PH] = (__half(*)[8][PH])(staged_smem + S::KV_BYTES + S::SP_BYTES);      /* [2][8][PH] */
+    float(*p_f)[S::PF] = (float(*)[S::PF])(staged_smem + S::KV_BYTES + S::SP_BYTES);       /* q8_0: [8][PF] */
     float(*o_s)[D] = (float(*)[D])staged_smem; /* [G][D] over the K/V stages, once every tile is done */
     __shared__ float m_s[G], l_s[G], a_s[G];
     __shared__ __align__(16) __half kv_own[PREP ? 2 : 1][PREP ? D : 8]; /* PREP: the token's own V and K rows */
@@ -882,6 +993,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
         if (i >= n_tiles) return;
         const int st = i % NST, c0 = j0 + i * KT, cn = min(KT, j1 - c0);
         __half *kd = k_s + (size_t)st * KT * D, *vd = v_s + (size_t)st * KT * D;
+        unsigned char *kr = raw + (size_t)st * 2 * KT * HB, *vr = kr + (size_t)KT * HB;
         for (int x = threadIdx.x; x < KT * PPR; x += ATT_THREADS) {
             const int j = x / PPR, pc = x % PPR;
             const int kp = LO + c0 + min(j, cn - 1);
@@ -893,10 +1005,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
                     *(uint4 *)(vd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
                     continue;
                 }
-            const size_t at = ((seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh) * D + pc * 8;
+            const size_t hr = (seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh;
             const int nb = j < cn ? 16 : 0;
-            cp_async16(kd + j * D + staged_at(j, pc), kc + at, nb);
-            cp_async16(vd + j * D + staged_at(j, pc), vc + at, nb);
+            if constexpr (Q8) {
+                cp_async16(kr + j * HB + pc * 16, kv_head<KV>(kc, hr, D) + pc * 16, nb);
+                cp_async16(vr + j * HB + pc * 16, kv_head<KV>(vc, hr, D) + pc * 16, nb);
+            } else {
+                cp_async16(kd + j * D + staged_at(j, pc), (const __half *)kc + hr * D + pc * 8, nb);
+                cp_async16(vd + j * D + staged_at(j, pc), (const __half *)vc + hr * D + pc * 8, nb);
+            }
         }
     };
     /* tile i whole, one commit per call, empty or not, so that cp_async_wait counts tiles */
@@ -979,7 +1096,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
         }
         for (int i = threadIdx.x; i < (8 - G) * D; i += ATT_THREADS) put_q(G + i / D, i % D, 0.0f);
     }
-    for (int i = threadIdx.x; i < 2 * 8 * PH; i += ATT_THREADS) (&p_h[0][0][0])[i] = __float2half_rn(0.0f);
+    if constexpr (Q8)
+        for (int i = threadIdx.x; i < 8 * S::PF; i += ATT_THREADS) (&p_f[0][0])[i] = 0.0f;
+    else
+        for (int i = threadIdx.x; i < 2 * 8 * PH; i += ATT_THREADS) (&p_h[0][0][0])[i] = __float2half_rn(0.0f);
     if (threadIdx.x < G) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
     __syncthreads();
     if constexpr (PREP) { /* the first tiles' own-key rows, from kv_own now that it is written */
@@ -991,14 +1111,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     }
 
     const int mt = warp % MT, kshare = warp / MT;
-    uint32_t qb[2][S::KSTEPS][2]; /* B fragments of q's two parts for this warp's k-steps: (k = dims 2·t4.., n = head g) */
+    uint32_t qb[2][S::KSTEPS][2]; /* B fragments of q's two parts for this warp's k-steps: (k = dims 2·t4.., n = head g;
+                                     q8_0: k 2·t4, 2·t4 + 1 / + 8, + 9 are dims 4·t4, 4·t4 + 1 / + 2, + 3) */
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int kk = 0; kk < S::KSTEPS; kk++) {
             const int k0 = kshare * (D / S::KS) + 16 * kk;
-            qb[h][kk][0] = *(const uint32_t *)&q_h[h][g][k0 + 2 * t4];
-            qb[h][kk][1] = *(const uint32_t *)&q_h[h][g][k0 + 2 * t4 + 8];
+            qb[h][kk][0] = *(const uint32_t *)&q_h[h][g][k0 + (Q8 ? 4 : 2) * t4];
+            qb[h][kk][1] = *(const uint32_t *)&q_h[h][g][k0 + (Q8 ? 4 * t4 + 2 : 2 * t4 + 8)];
         }
     float acc[S::PV_MT][4]; /* Oᵀ fragments: (dim m0 + g (+8), heads 2·t4, 2·t4 + 1) */
 #pragma unroll
@@ -1010,16 +1131,39 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
         load_tile(i + NST - 1);
         const int st = i % NST, cn = min(KT, j1 - (j0 + i * KT));
         const __half *kt = k_s + (size_t)st * KT * D, *vt = v_s + (size_t)st * KT * D;
+        const unsigned char *kq = raw + (size_t)st * 2 * KT * HB, *vq = kq + (size_t)KT * HB; /* q8_0 */
         {   /* scores of keys mt·16 .. + 15 over this warp's share of the dims */
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            if constexpr (Q8) { /* rows r0, r0 + 8, a block of 32 dims at a time, times each row's scale after */
+                const unsigned char *row0 = kq + (size_t)(mt * 16 + g) * HB, *row1 = row0 + 8 * (size_t)HB;
 #pragma unroll
-            for (int kk = 0; kk < S::KSTEPS; kk++) {
-                const int pc = (kshare * (D / S::KS) + 16 * kk) / 8 + (lane >> 4);
-                uint32_t a[4];
-                ldmatrix_x4(a, kt + key * D + staged_at(key, pc));
-                mma_f16(c, a, qb[0][kk][0], qb[0][kk][1]);
-                mma_f16(c, a, qb[1][kk][0], qb[1][kk][1]);
+                for (int bb = 0; bb < S::KSTEPS / 2; bb++) {
+                    const int e0 = kshare * (D / S::KS) + 32 * bb;
+                    float cb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int h2 = 0; h2 < 2; h2++) {
+                        const uint32_t w0 = *(const uint32_t *)(row0 + e0 + 16 * h2 + 4 * t4);
+                        const uint32_t w1 = *(const uint32_t *)(row1 + e0 + 16 * h2 + 4 * t4);
+                        const uint32_t a[4] = {i8x2_half2<false>(w0), i8x2_half2<false>(w1), i8x2_half2<true>(w0),
+                                               i8x2_half2<true>(w1)};
+                        mma_f16(cb, a, qb[0][2 * bb + h2][0], qb[0][2 * bb + h2][1]);
+                        mma_f16(cb, a, qb[1][2 * bb + h2][0], qb[1][2 * bb + h2][1]);
+                    }
+                    const float d0 = __half2float(((const __half *)(row0 + D))[e0 / 32]);
+                    const float d1 = __half2float(((const __half *)(row1 + D))[e0 / 32]);
+                    c[0] = fmaf(d0, cb[0], c[0]), c[1] = fmaf(d0, cb[1], c[1]);
+                    c[2] = fmaf(d1, cb[2], c[2]), c[3] = fmaf(d1, cb[3], c[3]);
+                }
+            } else {
+                const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+                for (int kk = 0; kk < S::KSTEPS; kk++) {
+                    const int pc = (kshare * (D / S::KS) + 16 * kk) / 8 + (lane >> 4);
+                    uint32_t a[4];
+                    ldmatrix_x4(a, kt + key * D + staged_at(key, pc));
+                    mma_f16(c, a, qb[0][kk][0], qb[0][kk][1]);
+                    mma_f16(c, a, qb[1][kk][0], qb[1][kk][1]);
+                }
             }
             *(float2 *)&s_part[kshare][mt * 16 + g][2 * t4] = make_float2(c[0], c[1]);
             *(float2 *)&s_part[kshare][mt * 16 + g + 8][2 * t4] = make_float2(c[2], c[3]);
@@ -1048,8 +1192,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
                 const int j = lane + 32 * i2;
                 const float e = v[i2] == -INFINITY ? 0.0f : expf(v[i2] - m_new); /* past cn: 0 */
                 if (j < KT) {
-                    const __half hi = __float2half_rn(e);
-                    p_h[0][r][j] = hi, p_h[1][r][j] = __float2half_rn(e - __half2float(hi));
+                    if constexpr (Q8) {
+                        p_f[r][j] = e;
+                    } else {
+                        const __half hi = __float2half_rn(e);
+                        p_h[0][r][j] = hi, p_h[1][r][j] = __float2half_rn(e - __half2float(hi));
+                    }
                 }
                 sum += e;
             }
@@ -1061,7 +1209,37 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
 #pragma unroll
             for (int m = 0; m < S::PV_MT; m++) acc[m][0] *= al0, acc[m][1] *= al1, acc[m][2] *= al0, acc[m][3] *= al1;
 #pragma unroll
-            for (int kk = 0; kk < S::PV_KS; kk++) {
+            for (int kk = 0; kk < S::PV_KS && Q8; kk++) {
+                /* keys ka, ka + 1 (k 2·t4, 2·t4 + 1) and ka + 8, ka + 9; this warp's blocks of 32 dims */
+                const int ka = 16 * kk + 2 * t4;
+                const float pa = p_f[g][ka] * 64.0f, pb = p_f[g][ka + 1] * 64.0f, pc = p_f[g][ka + 8] * 64.0f,
+                            pd = p_f[g][ka + 9] * 64.0f;
+                const unsigned char *ra = vq + (size_t)ka * HB, *rb = ra + HB, *rc = ra + 8 * (size_t)HB,
+                                    *rd = rc + HB;
+#pragma unroll
+                for (int bl = 0; bl < S::PV_MT / 2; bl++) {
+                    const int blk = warp * (S::PV_MT / 2) + bl, e0 = 32 * blk + 4 * g;
+                    auto dv = [&](const unsigned char *r) { return __half2float(((const __half *)(r + D))[blk]); };
+                    uint32_t b[2][2];
+                    split_half2(pa * dv(ra), pb * dv(rb), b[0][0], b[1][0]);
+                    split_half2(pc * dv(rc), pd * dv(rd), b[0][1], b[1][1]);
+                    const uint32_t wa = *(const uint32_t *)(ra + e0), wb = *(const uint32_t *)(rb + e0);
+                    const uint32_t wc = *(const uint32_t *)(rc + e0), wd = *(const uint32_t *)(rd + e0);
+                    /* dims e0, e0 + 1 of keys (ka, ka + 1) and (ka + 8, ka + 9): the first m-tile; e0 + 2, + 3 the second */
+                    const uint32_t ab01 = __byte_perm(wa, wb, 0x5140u), ab23 = __byte_perm(wa, wb, 0x7362u);
+                    const uint32_t cd01 = __byte_perm(wc, wd, 0x5140u), cd23 = __byte_perm(wc, wd, 0x7362u);
+                    const uint32_t a0[4] = {i8x2_half2<false>(ab01), i8x2_half2<true>(ab01), i8x2_half2<false>(cd01),
+                                            i8x2_half2<true>(cd01)};
+                    const uint32_t a1[4] = {i8x2_half2<false>(ab23), i8x2_half2<true>(ab23), i8x2_half2<false>(cd23),
+                                            i8x2_half2<true>(cd23)};
+                    mma_f16(acc[2 * bl], a0, b[0][0], b[0][1]);
+                    mma_f16(acc[2 * bl], a0, b[1][0], b[1][1]);
+                    mma_f16(acc[2 * bl + 1], a1, b[0][0], b[0][1]);
+                    mma_f16(acc[2 * bl + 1], a1, b[1][0], b[1][1]);
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < S::PV_KS && !Q8; kk++) {
                 uint32_t b[2][2];
 #pragma unroll
                 for (int h = 0; h < 2; h++)
@@ -1084,9 +1262,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < S::PV_MT; m++) {
-        const int d = (warp * S::PV_MT + m) * 16 + g;
-        if (2 * t4 < G) o_s[2 * t4][d] = acc[m][0], o_s[2 * t4][d + 8] = acc[m][2];
-        if (2 * t4 + 1 < G) o_s[2 * t4 + 1][d] = acc[m][1], o_s[2 * t4 + 1][d + 8] = acc[m][3];
+        /* rows g and g + 8 of m-tile m: dims d0, d1 (q8_0: the permuted order of the value phase, weights times 64) */
+        const int mm = warp * S::PV_MT + m;
+        const int d0 = Q8 ? 32 * (mm / 2) + 4 * g + 2 * (mm % 2) : mm * 16 + g, d1 = Q8 ? d0 + 1 : d0 + 8;
+        const float f = Q8 ? 1.0f / 64.0f : 1.0f;
+        if (2 * t4 < G) o_s[2 * t4][d0] = acc[m][0] * f, o_s[2 * t4][d1] = acc[m][2] * f;
+        if (2 * t4 + 1 < G) o_s[2 * t4 + 1][d0] = acc[m][1] * f, o_s[2 * t4 + 1][d1] = acc[m][3] * f;
     }
     __syncthreads();
     float out[G][DPT];
@@ -1202,13 +1383,13 @@ static void launch_attn(const gm_cuda_attn *a, int n_splits, int ks, const AttnO
     const gm_cuda_kv *kv = a->kv;
     const dim3 grid((unsigned)n_splits, (unsigned)kv->n_head_kv, (unsigned)((a->n_tokens + TQ - 1) / TQ));
     if (TQ == 1 && attn_values_by_warps((long)grid.x * grid.y * grid.z)) {
-        gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP, TQ == 1>, grid, ATT_THREADS, 0, st, (const KV *)kv->k,
-                   (const KV *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+        gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP, TQ == 1>, grid, ATT_THREADS, 0, st, (const void *)kv->k,
+                   (const void *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
                    a->window, ks, n_splits, a->q, o, pr);
         return;
     }
-    gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP>, grid, ATT_THREADS, 0, st, (const KV *)kv->k,
-               (const KV *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+    gmc_launch(attn_split_kernel<KV, D, G, TQ, TPK, PREP>, grid, ATT_THREADS, 0, st, (const void *)kv->k,
+               (const void *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
                a->window, ks, n_splits, a->q, o, pr);
 }
 
@@ -1254,13 +1435,13 @@ static int launch_attn_d(const gm_cuda_attn *a, int G, int tq, int n_splits, int
  * positions, first tiles) and its merge once; else two rounds of blocks; or g_attn_fill blocks per SM when it was
  * set. Measured (H200, 2026-12-04, cuda_bench --attn, fill 3 against two rounds): 64 sequences at depth 1024
  * 34.2 -> 25.5 us (sliding, 4 splits of 128 keys), 256 sequences 85.7 -> 76.5 us (one split). */
-template <int D, int G, bool PREP>
+template <typename KV, int D, int G, bool PREP>
 static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, const AttnPrep &pr, int early, cudaStream_t st) {
-    using S = StagedShape<D, G>;
+    using S = StagedShape<KV, D, G>;
     static int per_sm = 0;
     if (per_sm == 0) {
-        cudaFuncSetAttribute(attn_staged_kernel<D, G, PREP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_staged_kernel<D, G, PREP>, ATT_THREADS,
+        cudaFuncSetAttribute(attn_staged_kernel<KV, D, G, PREP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_staged_kernel<KV, D, G, PREP>, ATT_THREADS,
                                                           S::SMEM) != cudaSuccess || per_sm < 1)
             per_sm = 1;
     }
@@ -1276,36 +1457,38 @@ static void launch_staged(const gm_cuda_attn *a, const AttnOut &o0, const AttnPr
     AttnOut o = o0;
     if (s == 1) o.pacc = NULL, o.pml = NULL, o.cnt = NULL;
     const dim3 grid((unsigned)s, (unsigned)kv->n_head_kv, (unsigned)a->n_tokens);
-    gmc_launch(attn_staged_kernel<D, G, PREP>, grid, ATT_THREADS, S::SMEM, st, (const __half *)kv->k,
-               (const __half *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
+    gmc_launch(attn_staged_kernel<KV, D, G, PREP>, grid, ATT_THREADS, S::SMEM, st, (const void *)kv->k,
+               (const void *)kv->v, kv->n_slots, kv->ring, kv->n_head_kv, a->pos, a->seq, a->n_tokens, a->n_head,
                a->window, ks, s, a->q, o, pr, early);
 }
 
-/* pp: the preparation fused (AttnPrep), else NULL; early: a decode launch (one token per sequence) */
-template <int D, int G>
+/* pp: the preparation fused (AttnPrep; an f16 cache), else NULL; early: a decode launch (one token per sequence) */
+template <typename KV, int D, int G>
 static void launch_staged_p(const gm_cuda_attn *a, const AttnOut &o, const AttnPrep *pp, int early, cudaStream_t st) {
-    if (pp) launch_staged<D, G, true>(a, o, *pp, 1, st);
-    else launch_staged<D, G, false>(a, o, AttnPrep{}, early, st);
+    if constexpr (sizeof(KV) == 2)
+        if (pp) return launch_staged<KV, D, G, true>(a, o, *pp, 1, st);
+    launch_staged<KV, D, G, false>(a, o, AttnPrep{}, early, st);
 }
 
-template <int D>
+template <typename KV, int D>
 static int launch_staged_g(const gm_cuda_attn *a, int G, const AttnOut &o, const AttnPrep *pp, int early,
                            cudaStream_t st) {
     switch (G) {
-    case 1: launch_staged_p<D, 1>(a, o, pp, early, st); return 0;
-    case 2: launch_staged_p<D, 2>(a, o, pp, early, st); return 0;
-    case 4: launch_staged_p<D, 4>(a, o, pp, early, st); return 0;
-    case 8: launch_staged_p<D, 8>(a, o, pp, early, st); return 0;
+    case 1: launch_staged_p<KV, D, 1>(a, o, pp, early, st); return 0;
+    case 2: launch_staged_p<KV, D, 2>(a, o, pp, early, st); return 0;
+    case 4: launch_staged_p<KV, D, 4>(a, o, pp, early, st); return 0;
+    case 8: launch_staged_p<KV, D, 8>(a, o, pp, early, st); return 0;
     }
     return -1;
 }
 
+template <typename KV>
 static int launch_staged_d(const gm_cuda_attn *a, int G, const AttnOut &o, const AttnPrep *pp, int early,
                            cudaStream_t st) {
     switch (a->kv->head_dim) {
-    case 128: return launch_staged_g<128>(a, G, o, pp, early, st);
-    case 256: return launch_staged_g<256>(a, G, o, pp, early, st);
-    case 512: return launch_staged_g<512>(a, G, o, pp, early, st);
+    case 128: return launch_staged_g<KV, 128>(a, G, o, pp, early, st);
+    case 256: return launch_staged_g<KV, 256>(a, G, o, pp, early, st);
+    case 512: return launch_staged_g<KV, 512>(a, G, o, pp, early, st);
     }
     return -1;
 }
@@ -1314,7 +1497,7 @@ static int launch_staged_d(const gm_cuda_attn *a, int G, const AttnOut &o, const
  * softmax; lane l holds dims l, l + 32, ... (NPL of them). For the shapes the split kernel is not built for
  * (the tiny test models' head dims of 16-64, odd groupings); slow on long contexts, exact to float rounding. */
 template <typename KV, int NPL>
-__global__ void __launch_bounds__(32) attn_warp_kernel(const KV *__restrict__ kc, const KV *__restrict__ vc,
+__global__ void __launch_bounds__(32) attn_warp_kernel(const void *__restrict__ kc, const void *__restrict__ vc,
                                                        int n_slots, int ring, int n_head_kv,
                                                        const int32_t *__restrict__ pos,
                                                        const int32_t *__restrict__ seq, int n_head, int D,
@@ -1336,17 +1519,13 @@ __global__ void __launch_bounds__(32) attn_warp_kernel(const KV *__restrict__ kc
     float m = -INFINITY, l = 0.0f;
     for (int kp = lo; kp <= p; kp++) {
         const int slot = ring ? kp % n_slots : kp;
-        const size_t at = (((size_t)sq * n_slots + slot) * n_head_kv + kvh) * D;
+        const size_t hr = ((size_t)sq * n_slots + slot) * n_head_kv + kvh;
+        const unsigned char *krow = kv_head<KV>(kc, hr, D), *vrow = kv_head<KV>(vc, hr, D);
         float sc = 0.0f;
 #pragma unroll
         for (int i = 0; i < NPL; i++) {
             const int d = lane + 32 * i;
-            if (d < D) {
-                float kf;
-                if constexpr (sizeof(KV) == 2) kf = __half2float(kc[at + d]);
-                else kf = kc[at + d];
-                sc = fmaf(qr[i], kf, sc);
-            }
+            if (d < D) sc = fmaf(qr[i], kv_get<KV>(krow, D, d), sc);
         }
         sc = gmc_warp_sum(sc);
         const float m_new = fmaxf(m, sc);
@@ -1356,12 +1535,7 @@ __global__ void __launch_bounds__(32) attn_warp_kernel(const KV *__restrict__ kc
 #pragma unroll
         for (int i = 0; i < NPL; i++) {
             const int d = lane + 32 * i;
-            if (d < D) {
-                float vf;
-                if constexpr (sizeof(KV) == 2) vf = __half2float(vc[at + d]);
-                else vf = vc[at + d];
-                acc[i] = fmaf(e, vf, acc[i] * alpha);
-            }
+            if (d < D) acc[i] = fmaf(e, kv_get<KV>(vrow, D, d), acc[i] * alpha);
         }
         m = m_new;
     }
@@ -1380,7 +1554,7 @@ static int launch_attn_warp(const gm_cuda_attn *a, cudaStream_t st) {
     const int D = kv->head_dim;
     const dim3 grid((unsigned)a->n_head, (unsigned)a->n_tokens);
 #define GMC_WARP_CASE(NPL)                                                                                          \
-    gmc_launch(attn_warp_kernel<KV, NPL>, grid, 32, 0, st, (const KV *)kv->k, (const KV *)kv->v, kv->n_slots, kv->ring,    \
+    gmc_launch(attn_warp_kernel<KV, NPL>, grid, 32, 0, st, (const void *)kv->k, (const void *)kv->v, kv->n_slots, kv->ring,    \
                                                    kv->n_head_kv, a->pos, a->seq, a->n_head, D, a->window, a->q,    \
                                                    a->out)
     if (D <= 32) GMC_WARP_CASE(1);
@@ -1400,7 +1574,7 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     if (!a || !a->kv || !a->q || !a->out || !a->pos || !a->seq || a->n_tokens < 0 || a->kv->n_head_kv <= 0 ||
         a->n_head % a->kv->n_head_kv != 0 || a->max_keys <= 0 || a->window < 0)
         return gmc_fail(-1, "attention: bad arguments");
-    if (a->kv->type != GMC_F16 && a->kv->type != GMC_F32) return gmc_fail(-1, "attention: KV type %d", a->kv->type);
+    if (!kv_type_ok(a->kv)) return gmc_fail(-1, "attention: KV type %d with head_dim %d", a->kv->type, a->kv->head_dim);
     const int qt = a->out_act_type;
     const int64_t K = (int64_t)a->n_head * a->kv->head_dim; /* output values per token */
     if (qt && ((qt != GMC_Q8_0 && qt != GMC_Q8_K) || !a->out_q || K % (qt == GMC_Q8_K ? GMC_QK_K : GMC_QK)))
@@ -1414,11 +1588,11 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
     const int G = a->n_head / a->kv->n_head_kv;
     const int D = a->kv->head_dim;
     const int tq = split_shape(D, G) && a->tile_tokens > 1 ? tile_for(a->n_tokens, G) : 1;
-    const bool staged = tq == 1 && a->kv->type == GMC_F16 && G <= STAGED_MAX_G && split_shape(D, G) && attn_staged();
+    const bool staged = tq == 1 && a->kv->type != GMC_F32 && G <= STAGED_MAX_G && split_shape(D, G) && attn_staged();
     /* the preparation inside the launch: asked for, a decode launch, and a kernel that can (the staged kernel only
-     * where RoPE's pairs lie in one lane) */
+     * where RoPE's pairs lie in one lane, with an f16 cache) */
     const bool fuse = p && a->fuse_prep && a->one_per_seq && split_shape(D, G) && tq == 1 &&
-                      (!staged || rope_by_warps(p->n_rot));
+                      (!staged || (rope_by_warps(p->n_rot) && a->kv->type == GMC_F16));
     if (p && !fuse) { /* the preparation's own launch first */
         const int rc = gm_cuda_attn_prep(p, stream);
         if (rc) return rc;
@@ -1428,7 +1602,9 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         pr = AttnPrep{p->k, p->v, p->q_norm, p->k_norm, p->freq_factors, p->v_norm, p->v_from_k, p->kv != NULL,
                       p->n_rot, p->eps, rope_theta_scale(p), p->freq_scale, p->q_scale};
     if (!split_shape(D, G)) {
-        const int rc = a->kv->type == GMC_F16 ? launch_attn_warp<__half>(a, stream) : launch_attn_warp<float>(a, stream);
+        const int rc = a->kv->type == GMC_F16   ? launch_attn_warp<__half>(a, stream)
+                       : a->kv->type == GMC_F32 ? launch_attn_warp<float>(a, stream)
+                                                : launch_attn_warp<KvQ8>(a, stream);
         if (rc) return gmc_fail(-1, "attention: head_dim %d is over 1024", D);
         const int e = gmc_check_launch("attention (one warp per head)");
         return e || !qt ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);
@@ -1452,9 +1628,12 @@ extern "C" int gm_cuda_attention(const gm_cuda_attn *a, void *scratch, size_t sc
         o.pml = (float2 *)(o.pacc + (size_t)a->n_tokens * a->n_head * n_splits * D);
     }
     const AttnPrep *pp = fuse ? &pr : NULL;
-    const int rc = staged ? launch_staged_d(a, G, o, pp, a->one_per_seq != 0, stream)
+    const int early = a->one_per_seq != 0;
+    const int rc = staged ? (a->kv->type == GMC_F16 ? launch_staged_d<__half>(a, G, o, pp, early, stream)
+                                                    : launch_staged_d<KvQ8>(a, G, o, pp, early, stream))
                    : a->kv->type == GMC_F16 ? launch_attn_d<__half>(a, G, tq, n_splits, ks, o, pp, stream)
-                                            : launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream);
+                   : a->kv->type == GMC_F32 ? launch_attn_d<float>(a, G, tq, n_splits, ks, o, pp, stream)
+                                            : launch_attn_d<KvQ8>(a, G, tq, n_splits, ks, o, pp, stream);
     if (rc) return gmc_fail(-1, "attention: head_dim %d with %d query heads per KV head is not built", D, G);
     const int e = gmc_check_launch("attention");
     return e || !qt || q_in_kernel ? e : gm_cuda_quantize_act(a->out, K, a->n_tokens, qt, a->out_q, stream);

@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/ops_cuda.h"
+#include "kv/kv_cache.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
 #include "quant/quant_blocks.h"
@@ -508,7 +509,8 @@ typedef struct attn_case {
     int staged;  /* gm_cuda_set_attn_decode(2): decode launches of an f16 cache with G <= 8 take the staged kernel */
 } attn_case;
 
-static double g_staged_max_err; /* the staged kernel's largest |error| over test_attention's cases */
+static double g_staged_max_err;    /* the staged kernel's largest |error| over test_attention's f16 cases */
+static double g_staged_q8_max_err; /* and over its q8_0 cases */
 
 /* Asserts n bytes equal, naming the first that differs. */
 static void expect_bytes_equal(const char *what, const uint8_t *got, const uint8_t *want, size_t n) {
@@ -516,18 +518,38 @@ static void expect_bytes_equal(const char *what, const uint8_t *got, const uint8
         if (got[i] != want[i]) fail_msg("%s: byte %zu of %zu: 0x%02x, want 0x%02x", what, i, n, got[i], want[i]);
 }
 
+/* The cache's element type as src/kv names it, from a GM_TYPE (f16, f32, q8_0). */
+static gm_kv_type kv_type_of(int type) {
+    return type == GM_TYPE_F16 ? GM_KV_F16 : type == GM_TYPE_F32 ? GM_KV_F32 : GM_KV_Q8_0;
+}
+static const char *kv_type_name(int type) {
+    return type == GM_TYPE_F16 ? "f16" : type == GM_TYPE_F32 ? "f32" : "q8_0";
+}
+
+/* D values into a head row of the cache as the host stores them (the oracle of gm_cuda_kv_store's bytes). */
+static void host_put_row(int type, uint8_t *dst, const float *x, int D) {
+    if (type == GM_TYPE_Q8_0) gm_ref_kv_q8_store(x, D, dst);
+    else if (type == GM_TYPE_F16)
+        for (int j = 0; j < D; j++) ((gm_f16 *)dst)[j] = gm_f32_to_f16(x[j]);
+    else memcpy(dst, x, sizeof(float) * (size_t)D);
+}
+
 static void run_attention(const attn_case *c) {
     enum { MAX_T = 64 };
     const int n_seq = 2, n_batch = MAX_T, D = c->hd, hkv = c->n_head_kv, nh = c->n_head, G = nh / hkv;
     const int ring = c->window > 0, n_slots = ring ? c->window + n_batch : 1100;
-    const size_t row = (size_t)hkv * D, esz = c->kv_type == GM_TYPE_F16 ? 2 : 4;
-    const size_t cache_vals = (size_t)n_seq * n_slots * row;
+    const size_t row = (size_t)hkv * D, hb = gm_kv_head_bytes(kv_type_of(c->kv_type), D);
+    const size_t cache_rows = (size_t)n_seq * n_slots * hkv, cache_bytes = cache_rows * hb;
     /* the cache before the batch: random everywhere (as if earlier tokens were stored) */
-    uint8_t *kc = malloc(cache_vals * esz), *vc = malloc(cache_vals * esz);
-    for (size_t i = 0; i < cache_vals; i++) {
-        const float a = frand(), b = frand();
-        if (esz == 2) ((gm_f16 *)kc)[i] = gm_f32_to_f16(a), ((gm_f16 *)vc)[i] = gm_f32_to_f16(b);
-        else ((float *)kc)[i] = a, ((float *)vc)[i] = b;
+    uint8_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    {
+        float *a = malloc(sizeof(float) * 2 * (size_t)D), *b = a + D;
+        for (size_t r = 0; r < cache_rows; r++) {
+            for (int j = 0; j < D; j++) a[j] = frand(), b[j] = frand();
+            host_put_row(c->kv_type, kc + r * hb, a, D);
+            host_put_row(c->kv_type, vc + r * hb, b, D);
+        }
+        free(a);
     }
     /* the batch: decode (one token per sequence), a run of consecutive positions in one sequence, or two runs
      * (sequence 0 then 1: tiles of the split kernel must not mix them) */
@@ -557,7 +579,7 @@ static void run_attention(const attn_case *c) {
     for (size_t i = 0; i < qn; i++) q[i] = frand() * 0.2f;
     for (size_t i = 0; i < T * row; i++) k[i] = frand(), v[i] = frand();
 
-    void *dk = dev_upload(kc, cache_vals * esz), *dv = dev_upload(vc, cache_vals * esz);
+    void *dk = dev_upload(kc, cache_bytes), *dv = dev_upload(vc, cache_bytes);
     float *dq = dev_upload(q, sizeof(float) * qn), *dkn = dev_upload(k, sizeof(float) * T * row);
     float *dvn = dev_upload(v, sizeof(float) * T * row), *dout = dev_alloc(sizeof(float) * qn);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T), *dseq = dev_upload(seq, sizeof(int32_t) * T);
@@ -585,7 +607,7 @@ static void run_attention(const attn_case *c) {
     }
     char what[160];
     snprintf(what, sizeof what, "attention %d/%d D=%d %s window=%d T=%d tile=%d%s%s", nh, hkv, D,
-             esz == 2 ? "f16" : "f32", c->window, T, tile, c->two_runs ? " (two runs)" : "",
+             kv_type_name(c->kv_type), c->window, T, tile, c->two_runs ? " (two runs)" : "",
              c->over_keys ? " (max_keys 4096)" : "");
     char what2[200];
     snprintf(what2, sizeof what2, "%s: second launch's output", what);
@@ -602,25 +624,20 @@ static void run_attention(const attn_case *c) {
 
     /* the store on the host, then the cache must be byte-identical */
     for (int t = 0; t < T; t++) {
-        const size_t at = ((size_t)seq[t] * n_slots + (ring ? pos[t] % n_slots : pos[t])) * row;
-        for (size_t j = 0; j < row; j++) {
-            if (esz == 2) {
-                ((gm_f16 *)kc)[at + j] = gm_f32_to_f16(k[t * row + j]);
-                ((gm_f16 *)vc)[at + j] = gm_f32_to_f16(v[t * row + j]);
-            } else {
-                ((float *)kc)[at + j] = k[t * row + j];
-                ((float *)vc)[at + j] = v[t * row + j];
-            }
+        const size_t r0 = ((size_t)seq[t] * n_slots + (ring ? pos[t] % n_slots : pos[t])) * hkv;
+        for (int h = 0; h < hkv; h++) {
+            host_put_row(c->kv_type, kc + (r0 + h) * hb, k + t * row + (size_t)h * D, D);
+            host_put_row(c->kv_type, vc + (r0 + h) * hb, v + t * row + (size_t)h * D, D);
         }
     }
-    uint8_t *back = malloc(cache_vals * esz);
-    dev_download(back, dk, cache_vals * esz);
-    assert_memory_equal(back, kc, cache_vals * esz);
-    dev_download(back, dv, cache_vals * esz);
-    assert_memory_equal(back, vc, cache_vals * esz);
+    uint8_t *back = malloc(cache_bytes);
+    dev_download(back, dk, cache_bytes);
+    expect_bytes_equal("kv_store: K cache", back, kc, cache_bytes);
+    dev_download(back, dv, cache_bytes);
+    expect_bytes_equal("kv_store: V cache", back, vc, cache_bytes);
 
-    /* the oracle: gm_ref_attention_group (f16 cache) / gm_ref_attention_group_f32. Tolerance 5e-5 absolute
-     * (values in [-1, 1]; float softmax and sums in a different order). */
+    /* the oracle: gm_ref_attention_group (f16 cache) / _f32 / _q8. Tolerance 5e-5 absolute (values in [-1, 1];
+     * float softmax and sums in a different order). */
     double *want = malloc(sizeof(double) * qn), *tol = calloc(qn, sizeof(double)); /* calloc: gcc's -O3 otherwise
                                                                                        warns of reads it cannot see written */
     const int cap = 4096;
@@ -631,12 +648,15 @@ static void run_attention(const attn_case *c) {
         for (int h = 0; h < hkv; h++) {
             for (int j = 0; j < nk; j++) {
                 const int p = lo + j;
-                const size_t at = (((size_t)seq[t] * n_slots + (ring ? p % n_slots : p)) * hkv + h) * D * esz;
+                const size_t at = (((size_t)seq[t] * n_slots + (ring ? p % n_slots : p)) * hkv + h) * hb;
                 kr[j] = kc + at, vr[j] = vc + at;
             }
             const size_t qo = ((size_t)t * nh + (size_t)h * G) * D;
-            if (esz == 2)
+            if (c->kv_type == GM_TYPE_F16)
                 gm_ref_attention_group(q + qo, G, (const gm_f16 *const *)kr, (const gm_f16 *const *)vr, nk, D, scores, o);
+            else if (c->kv_type == GM_TYPE_Q8_0)
+                gm_ref_attention_group_q8(q + qo, G, (const uint8_t *const *)kr, (const uint8_t *const *)vr, nk, D,
+                                          scores, o);
             else
                 gm_ref_attention_group_f32(q + qo, G, (const float *const *)kr, (const float *const *)vr, nk, D, scores, o);
             for (int i = 0; i < G * D; i++) want[qo + i] = o[i];
@@ -644,12 +664,14 @@ static void run_attention(const attn_case *c) {
     }
     /* the staged kernel multiplies q and the softmax weights as two f16 parts each (to ~2^-22): the same
      * tolerance; its largest error is printed */
-    const bool staged = c->staged && esz == 2 && tile <= 1 && split_shape && G <= 8;
+    const bool staged = c->staged && c->kv_type != GM_TYPE_F32 && tile <= 1 && split_shape && G <= 8;
+    const bool staged_q8 = staged && c->kv_type == GM_TYPE_Q8_0;
     for (size_t i = 0; i < qn; i++) tol[i] = 5e-5;
     expect_close(what, out, want, tol, qn);
-    if (staged)
+    double *max_err = staged_q8 ? &g_staged_q8_max_err : staged ? &g_staged_max_err : NULL;
+    if (max_err)
         for (size_t i = 0; i < qn; i++)
-            if (fabs(out[i] - want[i]) > g_staged_max_err) g_staged_max_err = fabs(out[i] - want[i]);
+            if (fabs(out[i] - want[i]) > *max_err) *max_err = fabs(out[i] - want[i]);
     free(kc), free(vc), free(q), free(k), free(v), free(out), free(out2), free(back), free(want), free(tol), free(kr);
     free(vr), free(scores), free(o), free(hq), free(hq2), free(hqref);
     CU(cudaFree(dk)); CU(cudaFree(dv)); CU(cudaFree(dq)); CU(cudaFree(dkn)); CU(cudaFree(dvn)); CU(cudaFree(dout));
@@ -676,7 +698,7 @@ static void test_attention(void **state) {
      * many groups, the unmerged output path) */
     for (int mode = 0; mode < 4; mode++)
     for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
-        for (int kt = 0; kt < 2; kt++)
+        for (int kt = 0; kt < 3; kt++)
             for (int variant = 0; variant < 7; variant++) {
                 gm_cuda_set_attn_decode(mode < 3 ? mode : 2);
                 gm_cuda_set_attn_fill(mode == 3 ? 1 : 0);
@@ -690,8 +712,10 @@ static void test_attention(void **state) {
                 int act = acts[(variant + kt + (int)hi) % 3];
                 if (act == GM_TYPE_Q8_K && K % 256) act = GM_TYPE_Q8_0;
                 if (act == GM_TYPE_Q8_0 && K % 32) act = 0;
+                if (kt == 2 && heads[hi][2] % 32) continue; /* a q8_0 cache needs whole blocks of 32 per head */
                 const attn_case c = {.n_head = heads[hi][0], .n_head_kv = heads[hi][1], .hd = heads[hi][2],
-                                     .kv_type = kt ? GM_TYPE_F32 : GM_TYPE_F16, .window = win[variant],
+                                     .kv_type = kt == 0 ? GM_TYPE_F16 : kt == 1 ? GM_TYPE_F32 : GM_TYPE_Q8_0,
+                                     .window = win[variant],
                                      .n_tokens = n_tok[variant], .same_seq = variant == 2 || variant == 4 || variant == 5,
                                      .two_runs = variant == 6, .over_keys = variant == 3, .out_act = act,
                                      .staged = mode >= 2};
@@ -702,8 +726,8 @@ static void test_attention(void **state) {
     gm_cuda_set_attn_fill(0);
     printf("[ cuda     ] kv_store + attention: %d cases pass (decode by threads, by warps, staged, staged with one block per SM), each launched twice "
            "on one scratch (cache bytes exact; output tolerance 5e-5; second launch identical); %d with a quantized "
-           "output, bytes equal to gm_cuda_quantize_act's; the staged kernel's largest error %.2g\n", cases, quantized,
-           g_staged_max_err);
+           "output, bytes equal to gm_cuda_quantize_act's; the staged kernel's largest error %.2g (f16 cache), %.2g (q8_0 "
+           "cache)\n", cases, quantized, g_staged_max_err, g_staged_q8_max_err);
 }
 
 
@@ -1580,11 +1604,12 @@ static void test_sgemm(void **state) {
 
 /* ---- attention preparation (q/k/v norms, RoPE, cache store in one launch) against gm_ref_rmsnorm and
  * gm_ref_rope_neox: q 5e-5 absolute (values of magnitude ~ a few), cached k/v the same plus the cache type's
- * rounding (f16: 1e-3 relative); cache slots of other tokens untouched (still the poison). ---- */
+ * rounding (f16: 1e-3 relative; q8_0: 0.6 of a quantization step, amax / 127 of the value's block of 32); cache
+ * slots of other tokens untouched (still the poison). ---- */
 static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bool v_norm, bool with_kv, bool ff_on) {
     const int T = 3, n_seq = 2, n_slots = 64, n_rot = D;
-    const size_t esz = kv_type == GM_TYPE_F16 ? 2 : 4, row = (size_t)hkv * D;
-    const size_t cache_bytes = (size_t)n_seq * n_slots * row * esz;
+    const size_t row = (size_t)hkv * D, hb = gm_kv_head_bytes(kv_type_of(kv_type), D);
+    const size_t cache_bytes = (size_t)n_seq * n_slots * hkv * hb;
     int32_t pos[3] = {5, 40, 63}, seq[3] = {0, 1, 1};
     float *q = rand_vec((size_t)T * nh * D, 3.0f), *k = rand_vec((size_t)T * row, 3.0f), *v = rand_vec((size_t)T * row, 3.0f);
     float *qn = rand_vec((size_t)D, 1.5f), *kn = rand_vec((size_t)D, 1.5f), *ff = malloc(sizeof(float) * D / 2);
@@ -1595,8 +1620,8 @@ static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bo
     int32_t *dpos = dev_upload(pos, sizeof pos), *dseq = dev_upload(seq, sizeof seq);
     void *kc = dev_alloc(cache_bytes), *vc = dev_alloc(cache_bytes);
     dev_poison(kc, cache_bytes), dev_poison(vc, cache_bytes);
-    const gm_cuda_kv kv = {.type = kv_type == GM_TYPE_F16 ? 1 : 0, .n_slots = n_slots, .ring = 0, .n_head_kv = hkv,
-                           .head_dim = D, .k = kc, .v = vc};
+    const gm_cuda_kv kv = {.type = kv_type, .n_slots = n_slots, .ring = 0, .n_head_kv = hkv, .head_dim = D, .k = kc,
+                           .v = vc};
     const float base = 1e6f, fs = 1.0f, qs = 0.5f, eps = 1e-6f;
     const gm_cuda_prep p = {.n_tokens = T, .n_head = nh, .head_dim = D, .pos = dpos, .seq = dseq, .q = dq, .k = dk,
                             .v = v_from_k ? NULL : dv, .kv = with_kv ? &kv : NULL, .q_norm = dqn, .k_norm = dkn,
@@ -1618,7 +1643,7 @@ static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bo
             expect_close("attn_prep q", gq + off, want, tol, (size_t)D);
         }
         for (int hh = 0; hh < hkv && with_kv; hh++) {
-            const size_t src = ((size_t)t * hkv + hh) * D, dst = (((size_t)seq[t] * n_slots + pos[t]) * hkv + hh) * D;
+            const size_t src = ((size_t)t * hkv + hh) * D, dst = (((size_t)seq[t] * n_slots + pos[t]) * hkv + hh) * hb;
             float got[1024];
             for (int kind = 0; kind < 2; kind++) { /* 0: k, 1: v */
                 if (kind == 0) {
@@ -1629,10 +1654,15 @@ static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bo
                     if (v_norm) gm_ref_rmsnorm(vs, r, D, NULL, eps);
                     else memcpy(r, vs, sizeof(float) * D);
                 }
-                const uint8_t *cache = kind ? gv : gk;
+                const uint8_t *cache = (kind ? gv : gk) + dst;
+                if (kv_type == GM_TYPE_Q8_0) gm_ref_kv_q8_load(cache, D, got);
                 for (int i = 0; i < D; i++) {
-                    got[i] = esz == 2 ? gm_f16_to_f32(((const gm_f16 *)cache)[dst + i]) : ((const float *)cache)[dst + i];
-                    want[i] = r[i], tol[i] = 5e-5 + (esz == 2 ? 1e-3 * fabs(r[i]) : 0);
+                    double step = 0; /* q8_0: the quantization step of element i's block */
+                    for (int j = i / 32 * 32; j < i / 32 * 32 + 32 && kv_type == GM_TYPE_Q8_0; j++)
+                        step = fmax(step, fabs(r[j]) / 127.0);
+                    if (kv_type == GM_TYPE_F16) got[i] = gm_f16_to_f32(((const gm_f16 *)cache)[i]);
+                    else if (kv_type == GM_TYPE_F32) got[i] = ((const float *)cache)[i];
+                    want[i] = r[i], tol[i] = 5e-5 + (kv_type == GM_TYPE_F16 ? 1e-3 * fabs(r[i]) : 0.6 * step);
                 }
                 expect_close(kind ? "attn_prep cached v" : "attn_prep cached k", got, want, tol, (size_t)D);
             }
@@ -1644,8 +1674,8 @@ static void run_attn_prep(int D, int nh, int hkv, int kv_type, bool v_from_k, bo
             bool owned = false;
             for (int t = 0; t < T; t++) owned = owned || (with_kv && seq[t] == sq && pos[t] == sl);
             if (owned) continue;
-            const size_t off = ((size_t)sq * n_slots + sl) * row * esz;
-            for (size_t b = 0; b < row * esz; b++)
+            const size_t off = ((size_t)sq * n_slots + sl) * hkv * hb;
+            for (size_t b = 0; b < hkv * hb; b++)
                 if (gk[off + b] != 0xFF || gv[off + b] != 0xFF) fail_msg("attn_prep wrote slot %d of sequence %d", sl, sq);
         }
     free(q), free(k), free(v), free(qn), free(kn), free(ff), free(gq), free(gk), free(gv);
@@ -1658,11 +1688,11 @@ static void test_attn_prep(void **state) {
     int cases = 0;
     for (int D = 128; D <= 512; D *= 2)
         for (int variant = 0; variant < 5; variant++) {
-            run_attn_prep(D, 8, variant % 2 ? 1 : 2, variant < 3 ? GM_TYPE_F16 : GM_TYPE_F32, variant == 1, variant != 2,
-                          variant != 4, variant >= 2);
+            run_attn_prep(D, 8, variant % 2 ? 1 : 2, variant < 2 ? GM_TYPE_F16 : variant < 3 ? GM_TYPE_Q8_0 : GM_TYPE_F32,
+                          variant == 1, variant != 2, variant != 4, variant >= 2);
             cases++;
         }
-    printf("[ cuda     ] attention preparation (norms, RoPE, cache store): %d cases pass\n", cases);
+    printf("[ cuda     ] attention preparation (norms, RoPE, cache store to f16, q8_0, f32): %d cases pass\n", cases);
 }
 
 /* ---- the preparation fused into a decode step's attention (gm_cuda_attn.prep with one_per_seq and fuse_prep), and
