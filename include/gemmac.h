@@ -130,7 +130,7 @@ typedef struct gemmac_ctx gemmac_ctx;
 
 /* f16 halves the cache; f32 keeps keys and values exact (reference comparisons); q8_0 (int8 with an f16 scale per
  * 32 values, llama.cpp's -ctk q8_0) takes 17/32 of f16's bytes, so batched decoding at long context, bound by
- * reading the cache, goes faster; it needs head sizes that are multiples of 32. */
+ * reading the cache, goes faster; it needs head sizes that are multiples of 32 (up to 1024). */
 typedef enum gemmac_kv_type { GEMMAC_KV_F16 = 0, GEMMAC_KV_F32 = 1, GEMMAC_KV_Q8_0 = 2 } gemmac_kv_type;
 
 typedef struct gemmac_ctx_params {

@@ -74,25 +74,44 @@ void gm_ref_attention_group(const float *q, int G, const gm_f16 *const *k, const
         gm_ref_attention_head(q + (size_t)g * D, k, v, n_keys, D, scores + (size_t)g * n_keys, out + (size_t)g * D);
 }
 
-void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
-                                int D, float *scores, float *out) {
+/* Row i of a key or value list as floats: the row itself (f32 rows), or (q8_0 head rows) loaded into tmp[D]. */
+typedef const float *(*attn_row_fn)(const void *row, int D, float *tmp);
+static const float *row_f32(const void *row, int D, float *tmp) {
+    (void)D, (void)tmp;
+    return row;
+}
+static const float *row_q8(const void *row, int D, float *tmp) {
+    gm_ref_kv_q8_load(row, D, tmp);
+    return tmp;
+}
+
+/* gm_ref_attention_group over rows that row() gives as floats (tmp: D floats of scratch). */
+static void attention_group_rows(const float *q, int G, const void *const *k, const void *const *v, int n_keys, int D,
+                                 float *scores, float *out, attn_row_fn row, float *tmp) {
     for (int g = 0; g < G; g++) {
         const float *qg = q + (size_t)g * D;
         float *sg = scores + (size_t)g * n_keys, *og = out + (size_t)g * D;
         float max = -INFINITY;
         for (int i = 0; i < n_keys; i++) {
+            const float *ki = row(k[i], D, tmp);
             float s = 0.0f;
-            for (int j = 0; j < D; j++) s += qg[j] * k[i][j];
+            for (int j = 0; j < D; j++) s += qg[j] * ki[j];
             sg[i] = s;
             if (s > max) max = s;
         }
         const float inv = gm_ref_softmax_exp(sg, n_keys, max);
         for (int j = 0; j < D; j++) og[j] = 0.0f;
         for (int i = 0; i < n_keys; i++) {
+            const float *vi = row(v[i], D, tmp);
             const float p = sg[i] * inv;
-            for (int j = 0; j < D; j++) og[j] += p * v[i][j];
+            for (int j = 0; j < D; j++) og[j] += p * vi[j];
         }
     }
+}
+
+void gm_ref_attention_group_f32(const float *q, int G, const float *const *k, const float *const *v, int n_keys,
+                                int D, float *scores, float *out) {
+    attention_group_rows(q, G, (const void *const *)k, (const void *const *)v, n_keys, D, scores, out, row_f32, NULL);
 }
 
 /* ---- the q8_0 KV cache ---- */
@@ -119,33 +138,8 @@ void gm_ref_kv_q8_load(const uint8_t *head_row, int32_t D, float *x) {
 
 void gm_ref_attention_group_q8(const float *q, int G, const uint8_t *const *k, const uint8_t *const *v, int n_keys,
                                int D, float *scores, float *out) {
-    for (int g = 0; g < G; g++) {
-        const float *qg = q + (size_t)g * D;
-        float *sg = scores + (size_t)g * n_keys, *og = out + (size_t)g * D;
-        float max = -INFINITY;
-        for (int i = 0; i < n_keys; i++) {
-            const int8_t *kq = (const int8_t *)k[i];
-            const gm_f16 *kd = (const gm_f16 *)(k[i] + D);
-            float s = 0.0f;
-            for (int b = 0; b < D / GM_QK; b++) {
-                const float db = gm_f16_to_f32(kd[b]);
-                for (int j = b * GM_QK; j < (b + 1) * GM_QK; j++) s += qg[j] * ((float)kq[j] * db);
-            }
-            sg[i] = s;
-            if (s > max) max = s;
-        }
-        const float inv = gm_ref_softmax_exp(sg, n_keys, max);
-        for (int j = 0; j < D; j++) og[j] = 0.0f;
-        for (int i = 0; i < n_keys; i++) {
-            const int8_t *vq = (const int8_t *)v[i];
-            const gm_f16 *vd = (const gm_f16 *)(v[i] + D);
-            const float p = sg[i] * inv;
-            for (int b = 0; b < D / GM_QK; b++) {
-                const float db = gm_f16_to_f32(vd[b]);
-                for (int j = b * GM_QK; j < (b + 1) * GM_QK; j++) og[j] += p * ((float)vq[j] * db);
-            }
-        }
-    }
+    float tmp[GM_REF_KV_Q8_MAX_D];
+    attention_group_rows(q, G, (const void *const *)k, (const void *const *)v, n_keys, D, scores, out, row_q8, tmp);
 }
 
 void gm_ref_moe_route(const float *logits, int n_expert, int n_used, const float *expert_scale, float *scratch,

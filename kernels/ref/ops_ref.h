@@ -51,8 +51,9 @@ void gm_ref_kv_q8_store(const float *x, int32_t D, uint8_t *head_row);
 /* Dequantizes a head row of D values into x: x[i] = (float)q[i] · f16_to_f32(d[i / 32]). */
 void gm_ref_kv_q8_load(const uint8_t *head_row, int32_t D, float *x);
 
-/* gm_ref_attention_group_f32 over q8_0 head rows (k[i], v[i] point at them), in the same operation order, each key
- * and value element dequantized on the fly as gm_ref_kv_q8_load does: the f32 kernel's result on loaded rows. */
+/* gm_ref_attention_group_f32 over q8_0 head rows (k[i], v[i] point at them), each row loaded as gm_ref_kv_q8_load
+ * does: the f32 kernel's result on the loaded rows. D <= GM_REF_KV_Q8_MAX_D. */
+enum { GM_REF_KV_Q8_MAX_D = 1024 };
 void gm_ref_attention_group_q8(const float *q, int G, const uint8_t *const *k, const uint8_t *const *v, int n_keys,
                                int D, float *scores, float *out);
 

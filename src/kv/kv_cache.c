@@ -33,10 +33,10 @@ gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq
         return gm_fail(err, GEMMAC_ERR_INVALID_ARG, "KV cache type %d is not f16 (0), f32 (1) or q8_0 (2)", (int)type);
     if (type == GM_KV_Q8_0)
         for (int il = 0; il < hp->n_layer; il++)
-            if (hp->layer[il].kv_source == il && hp->layer[il].head_dim % 32 != 0)
+            if (hp->layer[il].kv_source == il && (hp->layer[il].head_dim % 32 != 0 || hp->layer[il].head_dim > 1024))
                 return gm_fail(err, GEMMAC_ERR_UNSUPPORTED,
-                               "a q8_0 KV cache needs head sizes that are multiples of 32; layer %d's is %d", il,
-                               hp->layer[il].head_dim);
+                               "a q8_0 KV cache needs head sizes that are multiples of 32 up to 1024; layer %d's is %d",
+                               il, hp->layer[il].head_dim);
     gm_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return gm_fail(err, GEMMAC_ERR_NO_MEMORY, "KV cache: out of memory");
     kv->n_seq = n_seq;

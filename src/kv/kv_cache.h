@@ -52,7 +52,7 @@ typedef struct gm_kv_cache {
 /* Bytes a cache for these parameters would take (the memory plan). */
 uint64_t gm_kv_cache_bytes(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch, gm_kv_type type);
 /* K and V storage comes from the backend's alloc_bytes (only for layers that own a cache). q8_0 needs every owning
- * layer's head_dim to be a multiple of 32 (else GEMMAC_ERR_UNSUPPORTED naming the layer). */
+ * layer's head_dim to be a multiple of 32, at most 1024 (else GEMMAC_ERR_UNSUPPORTED naming the layer). */
 gemmac_status gm_kv_cache_new(const gm_hparams *hp, int32_t n_ctx, int32_t n_seq, int32_t n_batch, gm_kv_type type,
                               struct gm_backend *mem, gm_kv_cache **out, gm_error *err);
 void gm_kv_cache_free(gm_kv_cache *kv);
