@@ -883,9 +883,11 @@ __device__ __forceinline__ void prep_row_warp(float (&x)[D / 32], bool norm, con
  * folded into the weights: B = P · d_v · 64 as two f16 parts (64: the small weights' low parts clear of f16's
  * subnormals; divided out at the end). So no conversion pass and no f16 copy: the same barriers as f16 and results
  * within float rounding of gm_ref_attention_group_q8. Bytes 17/32 of f16's (HB = 272 at D = 256): the 60 us above ->
- * ~32 us if still bound by the reads. Shared memory ~29 KB at D = 256, ~55 KB at D = 512. Measured against a first
- * version that converted each tile to an f16 stage (one more barrier and pass a tile; H100, 2026-12-07): 256
- * sequences at depth 1024 16.3k -> 16.05k t/s, no faster than f16. */
+ * ~32 us if still bound by the reads. Tiles of ~8 KB of K as f16's (32 keys at D = 256, 16 at 512): shared memory
+ * ~55 KB, 4 blocks per SM. Measured (H100, 2026-12-07, E4B q4_0, 256 sequences at depth 1024; BENCHMARKS.md): f16
+ * 16.3k t/s (sliding / global launch 114 / 430 us); a first version that converted each tile to an f16 stage 16.0k;
+ * this one with 16-key tiles 17.1k (113 / 240 us), with the tiles above 19.1k (78 / 228 us: 1.97 TB/s, bound by its
+ * ~15 warps an SM walking their tiles in series, not by the reads); eight warps a block 18.4k. */
 enum { STAGED_TILE_BYTES = 8192, STAGED_STAGES = 3, STAGED_MAX_G = 8 };
 
 template <typename KV, int D, int G>
