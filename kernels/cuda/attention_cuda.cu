@@ -949,6 +949,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     static_assert(!(PREP && Q8), "the fused preparation is built for an f16 cache");
     constexpr int KT = S::KT, MT = S::MT, NST = STAGED_STAGES, PH = S::PH;
     constexpr int HB = (int)S::HB, PPR = Q8 ? HB / 16 : D / 8; /* 16-byte pieces a row copies */
+    /* The copies of a tile: TPR threads a row (a quarter warp: 128 contiguous bytes an instruction, in shared memory
+     * one pass over the 32 banks), a thread its rows j, j + ATT_THREADS / TPR, ... and of each the pieces p0,
+     * p0 + TPR, ...; so a row's address (a modulo of the ring and 64-bit products) is computed once a tile, not once
+     * a piece (that was ~55 of the ~930 instructions a warp issued a q8_0 tile at D = 256, for each of its ~4 pieces).
+     * Measured (H100, E4B q4_0, sliding layers at 256 sequences, depth 1024; BENCHMARKS.md, twenty-ninth session):
+     * 30.5 -> 28.3 M instructions a launch at q8_0 (74.7 -> 73.5 us), 36.2 -> 24.9 M at f16 (102.3 -> 100.4 us); one
+     * sequence +2%. Four threads a row (64-byte runs, two passes over the banks at q8_0's 272-byte rows) issued fewer,
+     * 24.8 M, but took 84.6 us. */
+    constexpr int TPR = 8;
+    static_assert(KT % (ATT_THREADS / TPR) == 0, "whole rows a pass");
     constexpr int DPT = D / ATT_THREADS; /* output dims per thread in attn_finish's layout */
     extern __shared__ __align__(16) unsigned char staged_smem[];
     __half *k_s = (__half *)staged_smem; /* f16: [NST][KT][D], then V the same */
@@ -994,27 +1004,38 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_staged_kernel(
     auto load_rows = [&](int i, int part) {
         if (i >= n_tiles) return;
         const int st = i % NST, c0 = j0 + i * KT, cn = min(KT, j1 - c0);
-        __half *kd = k_s + (size_t)st * KT * D, *vd = v_s + (size_t)st * KT * D;
-        unsigned char *kr = raw + (size_t)st * 2 * KT * HB, *vr = kr + (size_t)KT * HB;
-        for (int x = threadIdx.x; x < KT * PPR; x += ATT_THREADS) {
-            const int j = x / PPR, pc = x % PPR;
+        const int p0 = threadIdx.x % TPR; /* this thread's first piece of each of its rows */
+#pragma unroll
+        for (int j = threadIdx.x / TPR; j < KT; j += ATT_THREADS / TPR) {
             const int kp = LO + c0 + min(j, cn - 1);
             const bool is_new = j < cn && kp == p;
             if (part == ROWS_OLD ? is_new : part == ROWS_NEW ? !is_new : false) continue;
+            __half *kd = k_s + (size_t)st * KT * D + j * D, *vd = v_s + (size_t)st * KT * D + j * D;
             if constexpr (PREP)
                 if (is_new && own) {
-                    *(uint4 *)(kd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[1][pc * 8];
-                    *(uint4 *)(vd + j * D + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
+                    for (int pc = p0; pc < PPR; pc += TPR) {
+                        *(uint4 *)(kd + staged_at(j, pc)) = *(const uint4 *)&kv_own[1][pc * 8];
+                        *(uint4 *)(vd + staged_at(j, pc)) = *(const uint4 *)&kv_own[0][pc * 8];
+                    }
                     continue;
                 }
             const size_t hr = (seq_base + (ring ? kp % n_slots : kp)) * n_head_kv + kvh;
             const int nb = j < cn ? 16 : 0;
             if constexpr (Q8) {
-                cp_async16(kr + j * HB + pc * 16, kv_head<KV>(kc, hr, D) + pc * 16, nb);
-                cp_async16(vr + j * HB + pc * 16, kv_head<KV>(vc, hr, D) + pc * 16, nb);
+                unsigned char *kr = raw + (size_t)st * 2 * KT * HB + j * HB, *vr = kr + (size_t)KT * HB;
+                const unsigned char *ks = kv_head<KV>(kc, hr, D), *vs = kv_head<KV>(vc, hr, D);
+#pragma unroll
+                for (int pc = p0; pc < PPR; pc += TPR) {
+                    cp_async16(kr + pc * 16, ks + pc * 16, nb);
+                    cp_async16(vr + pc * 16, vs + pc * 16, nb);
+                }
             } else {
-                cp_async16(kd + j * D + staged_at(j, pc), (const __half *)kc + hr * D + pc * 8, nb);
-                cp_async16(vd + j * D + staged_at(j, pc), (const __half *)vc + hr * D + pc * 8, nb);
+                const __half *ks = (const __half *)kc + hr * D, *vs = (const __half *)vc + hr * D;
+#pragma unroll
+                for (int pc = p0; pc < PPR; pc += TPR) {
+                    cp_async16(kd + staged_at(j, pc), ks + pc * 8, nb);
+                    cp_async16(vd + staged_at(j, pc), vs + pc * 8, nb);
+                }
             }
         }
     };
