@@ -3,10 +3,10 @@
 # build-bin/b2.tar.xz (bench/cuda_pack.sh: the tree under test) and build-bin/gemmac_old.xz (the baseline binary,
 # xz-compressed; on the development machine: relink bench/cuda_pack.sh's objects with the baseline's object of the
 # file that changed, strip, xz). ROUNDS rounds (default 2) of each in turn: tg128, then 1 / 64 / 256 sequences at depth
-# 1024 for each KV cache type in KVS (default "q8_0 f16"). NCU (optional): a regex of a kernel's mangled name, whose
+# 1024 (NPL: the -npl list) for each KV cache type in KVS (default "q8_0 f16"). NCU (optional): a regex of a kernel's mangled name, whose
 # launch number NCU_SKIP (default 600) of a 256-sequence run gets Nsight Compute's summary, for each build and KV type.
 # ENV: variables for every run. To fit the device tool's 64 MiB, carry build-bin with b2.tar.xz and gemmac_old.xz only.
-# Usage: OUT=... [ROUNDS=2] [KVS=...] [NCU=...] [ENV=...] bench/cuda_ab_run.sh
+# Usage: OUT=... [ROUNDS=2] [KVS=...] [NPL=...] [NCU=...] [ENV=...] bench/cuda_ab_run.sh
 set -o pipefail
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 ( cd build-bin && { [ -x bin/gemmac ] || tar xJf b2.tar.xz; } && xz -dc gemmac_old.xz > bin/gemmac_old && chmod +x bin/gemmac_old )
@@ -23,7 +23,7 @@ for round in $(seq 1 ${ROUNDS:-2}); do
     env $ENV timeout 100 "$B/$v" bench -m $F -ngl all -p 0 -n 128 -r 2 2>&1 | strip_row
     for kv in ${KVS:-q8_0 f16}; do
       echo "== round $round: $v -ctk $kv depth 1024"
-      env $ENV timeout 150 "$B/$v" bench -m $F -ngl all -ctk $kv -p 0 -n 32 -npl 1,64,256 -d 1024 -r 1 2>&1 | strip_row
+      env $ENV timeout 150 "$B/$v" bench -m $F -ngl all -ctk $kv -p 0 -n 32 -npl ${NPL:-1,64,256} -d 1024 -r 1 2>&1 | strip_row
     done
   done
 done

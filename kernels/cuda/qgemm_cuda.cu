@@ -393,7 +393,11 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
  * GeGLU 2 x 10240 x 2560 at 32 columns 52 / 27 / 27, at 64 53 / 44 / 34; down 2560 x 10240 at 32 34 / 28 / 21, at
  * 64 35 / 43 / 27. Where its time goes (Nsight Compute, GeGLU at 64 columns): 0.35 instructions issued per
  * scheduler cycle with 3.7 warps resident (2 blocks an SM: 128 registers, 103 KB), and when K was split in 3, 48% of
- * the stall samples after the main loop (the cluster's barriers and partial tiles): hence qg_plan's costs. */
+ * the stall samples after the main loop (the cluster's barriers and partial tiles): hence qg_plan's costs. The
+ * loop's chunk is 216 instructions a warp (SASS), from 237: a lane's weights are read from the stage before the
+ * next copies are issued (the loads had waited on registers the copies were still reading), and an activation
+ * copy's address is one multiply-add a chunk (H100 probe: GeGLU at 64 columns 34.8 -> 31.7 us, at 32 27.5 -> 24.8;
+ * down at 64 27.7 -> 26.3, at 32 21.3 -> 19.8; BENCHMARKS.md, thirtieth session). */
 enum { QG_WG_STAGES = 4, QG_WG_THREADS = 256 };
 
 /* A stage: the activations (BN·256 bytes), then the block's weights: 128 rows' 64 quant bytes, then their 8 scale
@@ -503,25 +507,26 @@ __global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const _
         cp_async4(st + wdst[2], wsrc[2] + og + 8 * half, 4);
     };
     /* the activations of chunk ch into its stage: unit i = threadIdx.x + 256v is 16-byte unit u = i % 16 (values
-     * 8u .. 8u + 7) of column col = i / 16, to atom u / 8 at col·128 + 16·(u % 8 ^ col % 8); columns past n: zeros */
+     * 8u .. 8u + 7) of column col = i / 16, to atom u / 8 at col·128 + 16·(u % 8 ^ col % 8), i.e. v's unit 16v
+     * columns (2048v bytes) after v = 0's, since col % 8 does not depend on v; columns past n: zeros, copied from
+     * column 0 (src-size 0 reads nothing), so that a copy's address is one multiply-add a chunk */
     const __half *x_src[X_UNITS];
-    uint32_t x_dst[X_UNITS];
     unsigned x_in = 0;
+    const int x_u = threadIdx.x % 16, x_col = threadIdx.x / 16;
+    const uint32_t x_dst = (uint32_t)((x_u >> 3) * BN * 128 + x_col * 128 + 16 * ((x_u & 7) ^ (x_col & 7)));
+    static_assert(QG_WG_THREADS / 16 % 8 == 0, "col % 8 the same for every v");
 #pragma unroll
     for (int v = 0; v < X_UNITS; v++) {
-        const int i = threadIdx.x + QG_WG_THREADS * v, u = i % 16, col = i / 16;
+        const int col = x_col + (QG_WG_THREADS / 16) * v;
         x_in |= (unsigned)(n0 + col < a.n) << v;
-        x_src[v] = a.xh + (size_t)(n0 + col < a.n ? n0 + col : 0) * a.K + (size_t)c0 * QG_KC + 8 * u;
-        x_dst[v] = (uint32_t)((u >> 3) * BN * 128 + col * 128 + 16 * ((u & 7) ^ (col & 7)));
+        x_src[v] = a.xh + (size_t)(n0 + col < a.n ? n0 + col : 0) * a.K + (size_t)c0 * QG_KC + 8 * x_u;
     }
     auto load_x = [&](int ch) {
         if (ch >= n_ch) return;
-        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
+        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES + x_dst;
 #pragma unroll
-        for (int v = 0; v < X_UNITS; v++) {
-            const bool in = (x_in >> v) & 1;
-            cp_async16(st + x_dst[v], in ? x_src[v] + (size_t)ch * QG_KC : a.xh, in ? 16 : 0);
-        }
+        for (int v = 0; v < X_UNITS; v++)
+            cp_async16(st + QG_WG_THREADS / 16 * 128 * v, x_src[v] + (size_t)ch * QG_KC, (x_in >> v) & 1 ? 16 : 0);
     };
 
 #pragma unroll
@@ -558,15 +563,15 @@ __global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const _
         cp_async_wait<D - 1>(); /* chunk ch is in (chunks ch + 1 .. ch + D - 1 may still be in flight) */
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* ... and visible to wgmma */
         __syncthreads(); /* every thread's copies are in; chunk ch - 2's wgmma and weight reads are done */
-        load_w(ch + D);
-        load_x(ch + D);
-        cp_async_commit(); /* an empty group past the end keeps the counting uniform */
         const uint32_t st = smem0 + (uint32_t)((ch % S) * STAGE_BYTES);
         const uint8_t *stp = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
-        QgW<1> wc;
+        QgW<1> wc; /* read before the next copies are issued, so that the loads do not wait on their address registers */
         wc.q[0][0] = *(const uint4 *)(stp + wq_off);
         wc.q[0][1] = *(const uint4 *)(stp + wq_off + 8 * 64);
         wc.d[0] = (uint32_t) * (const uint16_t *)(stp + ws_off) | ((uint32_t) * (const uint16_t *)(stp + ws_off + 8 * 8) << 16);
+        load_w(ch + D);
+        load_x(ch + D);
+        cp_async_commit(); /* an empty group past the end keeps the counting uniform */
         const uint64_t desc0 = wg_desc_sw128(st);
 #pragma unroll
         for (int hc = 0; hc < 2; hc++) {
