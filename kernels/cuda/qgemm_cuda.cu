@@ -141,26 +141,29 @@ __device__ __forceinline__ void q4_a_frag(uint32_t w0, uint32_t w1, int hh, __ha
     A[3] = q4_pair(__byte_perm(f16_1024, t1, 0x0706), d1, k1032);
 }
 
-/* Outputs e0 .. e1 - 1 of the tile (column-major over its output rows: all of them, or the 64 gate rows of a GeGLU)
- * from the partial tiles part[0 .. gridDim.z - 1] (shared memory, [8·NT][QG_TS]; NP >= gridDim.z; added in that
- * order): as gemm_cuda.cu's epilogue, the column's scale first. QG_EPI_UNROLL outputs a thread at once, so their
- * loads (the other blocks' shared memory, gelu·mul's factor) are in flight together. */
+/* Columns c0 .. c1 - 1 of the tile's outputs (all its output rows, or the 64 gate rows of a GeGLU) from the partial
+ * tiles part[0 .. gridDim.z - 1] (shared memory, [8·NT][QG_TS]; NP >= gridDim.z; added in that order): as
+ * gemm_cuda.cu's epilogue, the column's scale first. A thread keeps one output row (its segment and pointers found
+ * once) and takes every (blockDim.x / rows)-th column, QG_EPI_UNROLL columns at once so that their loads (the other
+ * blocks' shared memory, the scales, gelu·mul's factor) are in flight together. (Found per output, the row's segment
+ * and 64-bit offsets made this 26% of the warpgroup kernel's instructions: H100, GeGLU at 64 columns, unsplit.) */
 template <int NP>
-__device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int e0, int e1, const float *const part[NP]) {
+__device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int c0, int c1, const float *const part[NP]) {
     const bool geglu = a.epi == GM_CUDA_EPI_GEGLU;
-    const int shift = geglu ? 6 : 7; /* log2 of the output rows: QG_BM / 2 or QG_BM */
-    static_assert(QG_BM == 128, "the shifts above");
-    const int nt = blockDim.x;
-    for (int base = e0 + threadIdx.x; base < e1; base += QG_EPI_UNROLL * nt) {
+    const int rows = geglu ? QG_BM / 2 : QG_BM, r = threadIdx.x % rows, step = blockDim.x / rows;
+    int seg;
+    int64_t row;
+    if (!qg_row(a, rb, r, seg, row)) return;
+    const int64_t ldy = a.ldy[seg];
+    float *const y = a.y[seg] + row;
+    const float *const mul = a.epi == GM_CUDA_EPI_GELU_MUL ? a.mul + row : NULL;
+    const int c_end = min(c1, a.n - n0);
+    for (int base = c0 + (int)threadIdx.x / rows; base < c_end; base += QG_EPI_UNROLL * step) {
         float v[QG_EPI_UNROLL], f[QG_EPI_UNROLL];
-        float *dst[QG_EPI_UNROLL];
 #pragma unroll
         for (int u = 0; u < QG_EPI_UNROLL; u++) {
-            const int i = base + u * nt, col = i >> shift, r = i & ((1 << shift) - 1);
-            int seg;
-            int64_t row;
-            dst[u] = NULL;
-            if (i >= e1 || n0 + col >= a.n || !qg_row(a, rb, r, seg, row)) continue;
+            const int col = base + u * step;
+            if (col >= c_end) break;
             float x = 0.0f, up = 0.0f;
 #pragma unroll
             for (int k = 0; k < NP; k++)
@@ -169,14 +172,15 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
                     if (geglu) up += part[k][col * QG_TS + r + QG_BM / 2];
                 }
             const float s = a.col_scale[n0 + col];
-            const size_t o = (size_t)(n0 + col) * a.ldy[seg] + row;
             v[u] = __fmul_rn(x, s);
-            f[u] = geglu ? __fmul_rn(up, s) : a.epi == GM_CUDA_EPI_GELU_MUL ? a.mul[o] : 1.0f;
-            dst[u] = a.y[seg] + o;
+            f[u] = geglu ? __fmul_rn(up, s) : mul ? mul[(int64_t)(n0 + col) * ldy] : 1.0f;
         }
 #pragma unroll
-        for (int u = 0; u < QG_EPI_UNROLL; u++)
-            if (dst[u]) *dst[u] = a.epi == GM_CUDA_EPI_STORE ? v[u] : __fmul_rn(gmc_gelu_tanh(v[u]), f[u]);
+        for (int u = 0; u < QG_EPI_UNROLL; u++) {
+            const int col = base + u * step;
+            if (col >= c_end) break;
+            y[(int64_t)(n0 + col) * ldy] = a.epi == GM_CUDA_EPI_STORE ? v[u] : __fmul_rn(gmc_gelu_tanh(v[u]), f[u]);
+        }
     }
 }
 
@@ -197,22 +201,21 @@ __device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const
                 ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
     __syncthreads();
 
-    const int out_rows = a.epi == GM_CUDA_EPI_GEGLU ? QG_BM / 2 : QG_BM, n_out = BN * out_rows;
     if (gridDim.z == 1) {
         const float *own[1] = {ts};
-        qg_epilogue<1>(a, rb, n0, 0, n_out, own);
+        qg_epilogue<1>(a, rb, n0, 0, BN, own);
         return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    /* split K: the z blocks of a tile are one cluster; each adds up its share of the tile's outputs from every
+    /* split K: the z blocks of a tile are one cluster; each adds up its share of the tile's columns from every
      * block's shared memory (in rank order: deterministic) and stores them */
     cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
     cl.sync(); /* every partial tile is in its block's shared memory */
     const float *peer[QG_MAX_SPLITS];
 #pragma unroll
     for (int k = 0; k < QG_MAX_SPLITS; k++) peer[k] = cl.map_shared_rank(ts, k < (int)gridDim.z ? k : 0);
-    const int share = (n_out + (int)gridDim.z - 1) / (int)gridDim.z, z = (int)blockIdx.z;
-    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(n_out, (z + 1) * share), peer);
+    const int share = (BN + (int)gridDim.z - 1) / (int)gridDim.z, z = (int)blockIdx.z; /* columns a block */
+    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(BN, (z + 1) * share), peer);
     cl.sync(); /* no block leaves while another reads its shared memory */
 #endif
 }
@@ -397,7 +400,9 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
  * loop's chunk is 216 instructions a warp (SASS), from 237: a lane's weights are read from the stage before the
  * next copies are issued (the loads had waited on registers the copies were still reading), and an activation
  * copy's address is one multiply-add a chunk (H100 probe: GeGLU at 64 columns 34.8 -> 31.7 us, at 32 27.5 -> 24.8;
- * down at 64 27.7 -> 26.3, at 32 21.3 -> 19.8; BENCHMARKS.md, thirtieth session). */
+ * down at 64 27.7 -> 26.3, at 32 21.3 -> 19.8). With qg_epilogue's rows kept per thread as well: GeGLU at 64
+ * columns 35.0 -> 29.7 us, down 27.7 -> 25.7; E4B q4_0 at depth 1024, 32 sequences +6.9%, 64 +4.8% (BENCHMARKS.md,
+ * thirtieth session). */
 enum { QG_WG_STAGES = 4, QG_WG_THREADS = 256 };
 
 /* A stage: the activations (BN·256 bytes), then the block's weights: 128 rows' 64 quant bytes, then their 8 scale
