@@ -2,9 +2,9 @@
 # cuda_ab_run.sh: on the GPU machine, two builds of gemmac side by side on Gemma 4 E4B q4_0 (synthetic, made there):
 # build-bin/b2.tar.xz (bench/cuda_pack.sh: the tree under test) and build-bin/gemmac_old.xz (the baseline binary,
 # xz-compressed; on the development machine: relink bench/cuda_pack.sh's objects with the baseline's object of the
-# file that changed, strip, xz). ROUNDS rounds (default 2) of each in turn: tg128, then 1 / 64 / 256 sequences at depth
-# 1024 (NPL: the -npl list) for each KV cache type in KVS (default "q8_0 f16"). NCU (optional): a regex of a kernel's mangled name, whose
-# launch number NCU_SKIP (default 600) of a 256-sequence run gets Nsight Compute's summary, for each build and KV type.
+# file that changed, strip, xz). ROUNDS rounds (default 2) of each in turn: tg128, then the batches in NPL (-npl,
+# default 1,64,256) at depth 1024 for each KV cache type in KVS (default "q8_0 f16"). NCU (optional): a regex of a
+# kernel's mangled name, whose launch number NCU_SKIP (default 600) of a 256-sequence run gets Nsight Compute's summary, for each build and KV type.
 # ENV: variables for every run. To fit the device tool's 64 MiB, carry build-bin with b2.tar.xz and gemmac_old.xz only.
 # Usage: OUT=... [ROUNDS=2] [KVS=...] [NPL=...] [NCU=...] [ENV=...] bench/cuda_ab_run.sh
 set -o pipefail
