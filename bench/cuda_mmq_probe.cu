@@ -6,8 +6,8 @@
  * where the device runs it its warpgroup kernel (wgmma) the same two ways (0 where it cannot run).
  * Time per product: cudaEvent over 100 back-to-back calls after 5 warm-ups (no graph, no PDL: each call's launches
  * are separate). Weights are constant bytes (timing only). Prints one line per product and path; BENCHMARKS.md
- * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] cuda_mmq_probe [shape n] (one product only: shape 0-4 as listed,
- * e.g. for a profiler) */
+ * records it. Usage: [GEMMAC_CUDA_QGEMM_SPLITS=S] [PROBE_M=rows] cuda_mmq_probe [shape n] (one product only: shape 0-4
+ * as listed, e.g. for a profiler) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +59,9 @@ int main(int argc, char **argv) {
      * so that a product's weights (a few hundred KB) stay in L2: how fast the kernels are when DRAM costs nothing */
     const char *pr = getenv("PROBE_ROW_BYTES");
     const size_t row_stride = pr && *pr ? (size_t)atoi(pr) : 0;
+    /* PROBE_M=rows: every matrix of the product that many rows instead (e.g. the GeGLU's blocks one or two an SM) */
+    const char *pm = getenv("PROBE_M");
+    const int probe_m = pm && *pm ? atoi(pm) : 0;
     if (qs && *qs) gm_cuda_set_qgemm_splits(atoi(qs));
     if (cudaMalloc(&ws, 32 << 20) != cudaSuccess || gm_cuda_gemm_create(&cublas, ws, 32 << 20)) die("setup");
     const int wg = gm_cuda_qgemm_wg_available(); /* the warpgroup kernel too (sm_90a build, H100 / H200) */
@@ -69,7 +72,7 @@ int main(int argc, char **argv) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             if (only_shape >= 0 && ((int)si != only_shape || ns[ni] != only_n)) continue;
-            const int K = shapes[si].K, M = shapes[si].M, n = ns[ni];
+            const int K = shapes[si].K, M = probe_m > 0 ? probe_m : shapes[si].M, n = ns[ni];
             const int32_t type = gm_cuda_device_type(2 /* q4_0 */);
             const size_t rb = gm_cuda_device_row_bytes(type, K);
             Ctx c = {};

@@ -228,6 +228,8 @@ int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float *col_scale
 /* Which kernel gm_cuda_qgemm runs: 1 the warpgroup kernel (wgmma, sm_90a builds on a compute-capability 9.0
  * device: H100, H200; the input in GM_CUDA_ACT_ORDER_QG), 0 the warp kernel (mma.sync, any sm_80+; the natural
  * order); anything else: the default, the warpgroup kernel from 17 columns where it runs and the warp kernel below.
+ * The warpgroup kernel takes only products whose matrices (but the last, and a GeGLU's halves) are multiples of 64
+ * rows (its weights come in TMA boxes of 64 rows of one matrix); the warp kernel takes the others.
  * Process-wide; GEMMAC_CUDA_QGEMM_WG sets it when a CUDA backend is created.
  * gm_cuda_qgemm_wg_available: 1 when the warpgroup kernel can run on the current device. */
 void gm_cuda_set_qgemm_kernel(int wg);

@@ -45,7 +45,9 @@
  * (the same or slower: the weights' latency is not what binds), 8 activation stages, accumulators split by nibble
  * step, a whole G8 group per row and lane pair of blocks (faster alone, 32 sequences 4% slower end to end). */
 #include <cooperative_groups.h>
+#include <cuda.h> /* CUtensorMap (the driver itself through cudaGetDriverEntryPointByVersion) */
 #include <math.h>
+#include <string.h>
 
 #include "common_cuda.cuh"
 
@@ -143,17 +145,19 @@ __device__ __forceinline__ void q4_a_frag(uint32_t w0, uint32_t w1, int hh, __ha
 
 /* Columns c0 .. c1 - 1 of the tile's outputs (all its output rows, or the 64 gate rows of a GeGLU) from the partial
  * tiles part[0 .. gridDim.z - 1] (shared memory, [8·NT][QG_TS]; NP >= gridDim.z; added in that order): as
- * gemm_cuda.cu's epilogue, the column's scale first. A thread keeps one output row (its segment and pointers found
- * once) and takes every (blockDim.x / rows)-th column, QG_EPI_UNROLL columns at once so that their loads (the other
- * blocks' shared memory, the scales, gelu·mul's factor) are in flight together. (Found per output, the row's segment
+ * gemm_cuda.cu's epilogue, the column's scale first, by the block's first `threads` threads (a multiple of 128). A
+ * thread keeps one output row (its segment and pointers found once) and takes every (threads / rows)-th column,
+ * QG_EPI_UNROLL columns at once so that their loads (the other blocks' shared memory, the scales, gelu·mul's factor)
+ * are in flight together. (Found per output, the row's segment
  * and 64-bit offsets made this 26% of the warpgroup kernel's instructions: H100, GeGLU at 64 columns, unsplit.) */
 template <int NP>
-__device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int c0, int c1, const float *const part[NP]) {
+__device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int c0, int c1, const float *const part[NP],
+                                            int threads) {
     const bool geglu = a.epi == GM_CUDA_EPI_GEGLU;
-    const int rows = geglu ? QG_BM / 2 : QG_BM, r = threadIdx.x % rows, step = blockDim.x / rows;
+    const int rows = geglu ? QG_BM / 2 : QG_BM, r = threadIdx.x % rows, step = threads / rows;
     int seg;
     int64_t row;
-    if (!qg_row(a, rb, r, seg, row)) return;
+    if ((int)threadIdx.x >= threads || !qg_row(a, rb, r, seg, row)) return;
     const int64_t ldy = a.ldy[seg];
     float *const y = a.y[seg] + row;
     const float *const mul = a.epi == GM_CUDA_EPI_GELU_MUL ? a.mul + row : NULL;
@@ -184,26 +188,30 @@ __device__ __forceinline__ void qg_epilogue(const QgArgs &a, int rb, int n0, int
     }
 }
 
-/* The end of a block of either kernel: its accumulators (acc[mt][j][e]: rows warp·16·MT + 16mt + g (+ 8 for e >= 2),
- * columns 8j + 2t (+ 1 for odd e)) into the output tile in shared memory (smem, free now), then the epilogue: alone,
- * or with the other blocks of its cluster when K is split. */
+/* The end of a block of either kernel, called by all its threads: the accumulators of its first `threads` (acc[mt][j]
+ * [e]: rows warp·16·MT + 16mt + g (+ 8 for e >= 2), columns 8j + 2t (+ 1 for odd e); any further threads hold none)
+ * into the output tile in shared memory (smem, free now), then the epilogue by those threads: alone, or with the
+ * other blocks of its cluster when K is split. */
 template <int NT, int MT>
-__device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const float (&acc)[MT][NT][4], uint8_t *smem) {
+__device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const float (&acc)[MT][NT][4], uint8_t *smem,
+                                          int threads) {
     constexpr int BN = 8 * NT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     float *ts = (float *)smem; /* [BN][QG_TS]: column-major, so the stores below go along rows */
+    if ((int)threadIdx.x < threads) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
+                for (int e = 0; e < 4; e++)
+                    ts[(j * 8 + 2 * t + (e & 1)) * QG_TS + warp * 16 * MT + mt * 16 + g + (e >= 2 ? 8 : 0)] = acc[mt][j][e];
+    }
     __syncthreads();
 
     if (gridDim.z == 1) {
         const float *own[1] = {ts};
-        qg_epilogue<1>(a, rb, n0, 0, BN, own);
+        qg_epilogue<1>(a, rb, n0, 0, BN, own, threads);
         return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -215,7 +223,7 @@ __device__ __forceinline__ void qg_finish(const QgArgs &a, int rb, int n0, const
 #pragma unroll
     for (int k = 0; k < QG_MAX_SPLITS; k++) peer[k] = cl.map_shared_rank(ts, k < (int)gridDim.z ? k : 0);
     const int share = (BN + (int)gridDim.z - 1) / (int)gridDim.z, z = (int)blockIdx.z; /* columns a block */
-    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(BN, (z + 1) * share), peer);
+    qg_epilogue<QG_MAX_SPLITS>(a, rb, n0, z * share, min(BN, (z + 1) * share), peer, threads);
     cl.sync(); /* no block leaves while another reads its shared memory */
 #endif
 }
@@ -372,42 +380,49 @@ __global__ void __launch_bounds__(QgShape<MT>::THREADS, QgShape<MT>::MIN_BLOCKS)
     }
     cp_async_wait<0>();
     __syncthreads(); /* the stages become the output tile */
-    qg_finish<NT, MT>(a, rb, n0, acc, qg_smem);
+    qg_finish<NT, MT>(a, rb, n0, acc, qg_smem, THREADS);
 }
 
 /* ---- the warpgroup kernel (sm_90a: wgmma) ----
- * Two warpgroups a block, 64 rows each (QG_BM in all), all the block's BN = 8·NT columns: per k16 step a warpgroup
- * issues one wgmma.m64nBNk16 whose A (the weights) comes from registers, dequantized as the warp kernel does (each
- * warp 16 rows: wgmma's A fragment is mma.m16n8k16's, warp by warp), and whose B (the activations) comes straight
- * from shared memory through a descriptor. So the warps issue no mma and no B loads; the tensor cores work on one
- * half chunk while the warps dequantize the next (wgmma is asynchronous: two register sets of A, a commit group a
- * half chunk). The input is in GM_CUDA_ACT_ORDER_QG: a k16 step's 16 values are one contiguous run, so a stage is
- * copied as it lies (cp.async, 16 bytes, a column's 256 bytes by 16 consecutive threads) into wgmma's K-major layout
- * with the 128-byte swizzle: the chunk's two halves of 64 values (128 bytes a column) are two atoms, BN·128 bytes
- * apart; in an atom column n's 16-byte unit c lies at n·128 + 16·(c ^ n % 8), so that the tensor cores' reads of 8
- * columns at once and the copies' writes both touch every bank once; a descriptor starts at its step's 32 bytes of
- * the atom's first column, column groups of 8 SBO = 1024 bytes apart. (Without the swizzle, core matrices of 128
- * contiguous bytes, Nsight Compute counted 67% of the shared-memory wavefronts excessive and the kernel ran at the
- * warp kernel's speed: H100, GeGLU at 64 columns.) The chunk's weights come through the same stage (cp.async: 4
- * threads a row's 64 quant bytes, 2 its 8 scale bytes), and each lane reads its block of its two rows from there.
- * QG_WG_STAGES stages, loaded QG_WG_STAGES - 2 chunks ahead: a stage is refilled only once every wgmma that read it
- * has completed (each warpgroup waits for all but its last group before the block's barrier).
- * Measured (H100, bench/cuda_mmq_probe, us with the input's preparation; cuBLAS on f16 copies / warp kernel / this):
- * GeGLU 2 x 10240 x 2560 at 32 columns 52 / 27 / 27, at 64 53 / 44 / 34; down 2560 x 10240 at 32 34 / 28 / 21, at
- * 64 35 / 43 / 27. Where its time goes (Nsight Compute, GeGLU at 64 columns): 0.35 instructions issued per
- * scheduler cycle with 3.7 warps resident (2 blocks an SM: 128 registers, 103 KB), and when K was split in 3, 48% of
- * the stall samples after the main loop (the cluster's barriers and partial tiles): hence qg_plan's costs. The
- * loop's chunk is 216 instructions a warp (SASS), from 237: a lane's weights are read from the stage before the
- * next copies are issued (the loads had waited on registers the copies were still reading), and an activation
- * copy's address is one multiply-add a chunk (H100 probe: GeGLU at 64 columns 34.8 -> 31.7 us, at 32 27.5 -> 24.8;
- * down at 64 27.7 -> 26.3, at 32 21.3 -> 19.8). With qg_epilogue's rows kept per thread as well: GeGLU at 64
- * columns 35.0 -> 29.7 us, down 27.7 -> 25.7; E4B q4_0 at depth 1024, 32 sequences +6.9%, 64 +4.8% (BENCHMARKS.md,
- * thirtieth session). */
-enum { QG_WG_STAGES = 4, QG_WG_THREADS = 256 };
+ * Two consumer warpgroups a block, 64 rows each (QG_BM in all), all the block's BN = 8·NT columns, and one producer
+ * warp. Per k16 step a warpgroup issues one wgmma.m64nBNk16 whose A (the weights) comes from registers, dequantized
+ * as the warp kernel does (each warp 16 rows: wgmma's A fragment is mma.m16n8k16's, warp by warp), and whose B (the
+ * activations) comes straight from shared memory through a descriptor. So the warps issue no mma and no B loads;
+ * the tensor cores work on one half chunk while the warps dequantize the next (wgmma is asynchronous: two register
+ * sets of A, a commit group a half chunk). The input is in GM_CUDA_ACT_ORDER_QG: a k16 step's 16 values are one
+ * contiguous run of the row, so a chunk's two halves of 64 values (128 bytes a column) are two boxes of the tensor
+ * memory accelerator (TMA) with the 128-byte swizzle, which lands them in wgmma's K-major layout: column n's 16-byte
+ * unit c at n·128 + 16·(c ^ n % 8) of its atom, the atoms BN·128 bytes apart; a descriptor starts at its step's 32
+ * bytes of the atom's first column, column groups of 8 SBO = 1024 bytes apart. (Without the swizzle, core matrices
+ * of 128 contiguous bytes, Nsight Compute counted 67% of the shared-memory wavefronts excessive.) The chunk's weights
+ * come through the same stage, two TMA boxes a 64-row half: its rows' 64 quant bytes of the chunk and the 16 scale
+ * bytes of its G8 group; each lane reads its block of its two rows from there. Two blocks an SM (90 registers a
+ * thread at NT = 8, 105 KB of stages).
+ * The producer warp's one thread issues every copy: the first QG_WG_STAGES chunks' weights before the PDL wait (they
+ * are immutable), then each chunk's six boxes once the consumers have released its stage. A stage has two
+ * mbarriers: `full` (the copies' bytes: its phase ends when the chunk is in) and `empty` (one arrival a consumer
+ * warp once its wgmma that read the stage have completed). So no consumer thread computes an address, issues a copy
+ * or waits on a block-wide barrier inside the loop; before (cp.async by every thread, a __syncthreads and a proxy
+ * fence a chunk) Nsight Compute found the loop's largest stalls on registers still read by in-flight copies and on
+ * the barrier, at 0.37 instructions issued per scheduler cycle (H100, GeGLU at 64 columns). Rows past the matrices
+ * and columns past n are filled with zeros by the TMA (boxes out of bounds); a segment must start at a multiple of 64
+ * rows (qg_wg_fits), since a box's rows come from one matrix. Measured (H100, bench/cuda_mmq_probe, us with the
+ * input's preparation; cuBLAS on f16 copies / warp kernel / this with cp.async stages (thirtieth session) / this):
+ * GeGLU 2 x 10240 x 2560 at 32 columns 51 / 27 / 23.3 / 22.8, at 64 53 / 43 / 29.4 / 28.4, at 256 78 / 138 / 84.6 /
+ * 69.8; down 2560 x 10240 at 64 35 / 41 / 25.3 / 25.0. E4B q4_0 at depth 1024, 64 sequences +2.2%, 32 the same
+ * (BENCHMARKS.md, thirty-first session): the copies and the barrier were not what bound the loop. */
+enum {
+    QG_WG_STAGES = 4,
+    QG_WG_CONSUMERS = 256, /* two warpgroups */
+    QG_WG_THREADS = QG_WG_CONSUMERS + 32, /* and the producer warp */
+    QG_WG_HALF = QG_BM / 2, /* rows of a weight box: one warpgroup's */
+    QG_WG_Q_BYTES = QG_KC / 2, QG_WG_S_BYTES = 16 /* a row's quant bytes of a chunk; its G8 group's scales */
+};
 
-/* A stage: the activations (BN·256 bytes), then the block's weights: 128 rows' 64 quant bytes, then their 8 scale
- * bytes (9 KB). A multiple of 1024 bytes for every NT, so every stage starts at the swizzle's boundary. */
-#define QG_WG_STAGE_BYTES(NT) (8 * (NT) * QG_KC * 2 + QG_BM * 64 + QG_BM * 8)
+/* A stage: the activations (two atoms of BN·128 bytes), then the block's weights: 128 rows' 64 quant bytes, then
+ * their group's 16 scale bytes (10 KB). A multiple of 1024 bytes for every NT, so every stage starts at the
+ * swizzle's boundary. */
+#define QG_WG_STAGE_BYTES(NT) (8 * (NT) * QG_KC * 2 + QG_BM * (QG_WG_Q_BYTES + QG_WG_S_BYTES))
 static_assert(QG_WG_STAGE_BYTES(2) % 1024 == 0 && QG_WG_STAGE_BYTES(4) % 1024 == 0 && QG_WG_STAGE_BYTES(8) % 1024 == 0,
               "stages at 1024-byte boundaries");
 template <int NT>
@@ -416,6 +431,14 @@ static constexpr size_t qg_wg_smem_bytes() { /* + 1024: the stages start at a 10
                        ? (size_t)QG_WG_STAGES * QG_WG_STAGE_BYTES(NT)
                        : (size_t)8 * NT * QG_TS * 4);
 }
+
+/* The TMA descriptors of a launch (host-encoded, kernel parameters): the input, and per matrix its quants and its
+ * scales. */
+struct QgMaps {
+    CUtensorMap x;       /* f16 [n][K]: box 64 values x BN columns, 128-byte swizzle */
+    CUtensorMap q[3];    /* bytes [rows][row_bytes]: box 64 bytes x QG_WG_HALF rows */
+    CUtensorMap s[3];    /* the same bytes: box 16 x QG_WG_HALF */
+};
 
 /* 1 in the sm_90a image (where the kernel below has a body), 0 in any other; read once by the host. */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -472,133 +495,165 @@ __device__ __forceinline__ void wg_mma<8>(float (&d)[1][8][4], const uint32_t (&
                  : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(desc));
 }
 #undef QG_D4
+
+/* mbarriers (shared-memory addresses) and TMA copies. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) { /* one arrival, `bytes` to come */
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) { /* until phase `parity` has completed */
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* box (x, y) of the 2-D map m into shared memory at dst; its bytes complete on bar */
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *m, int x, int y, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((uint64_t)m), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+}
 #endif
 
 template <int NT>
-__global__ void __launch_bounds__(QG_WG_THREADS, 2) qgemm_q4_0_wg_kernel(const __grid_constant__ QgArgs a) {
+__global__ void __launch_bounds__(QG_WG_THREADS, 2)
+    qgemm_q4_0_wg_kernel(const __grid_constant__ QgArgs a, const __grid_constant__ QgMaps maps) {
 #if QG_WG_BUILT
     extern __shared__ __align__(128) uint8_t qg_smem_raw[]; /* QG_WG_STAGES stages, then the output tile */
+    __shared__ __align__(8) uint64_t bars[2 * QG_WG_STAGES]; /* full[s], then empty[s] */
     uint8_t *qg_smem = qg_smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(qg_smem_raw) & 1023)) & 1023);
-    constexpr int BN = 8 * NT, X_BYTES = BN * QG_KC * 2, STAGE_BYTES = QG_WG_STAGE_BYTES(NT);
-    constexpr int S = QG_WG_STAGES, D = S - 2;
-    constexpr int X_UNITS = BN * 16 / QG_WG_THREADS; /* 16-byte units of a stage's activations each thread copies */
-    static_assert(X_UNITS >= 1 && BN * 16 % QG_WG_THREADS == 0, "load_x: whole units a thread");
-    static_assert(QG_WG_THREADS == 256 && QG_BM == 128, "the weight copies below: 2 quant units and 4 scale bytes a thread");
+    constexpr int BN = 8 * NT, X_BYTES = BN * QG_KC * 2, STAGE_BYTES = QG_WG_STAGE_BYTES(NT), S = QG_WG_STAGES;
+    constexpr int Q_OFF = X_BYTES, S_OFF = X_BYTES + QG_BM * QG_WG_Q_BYTES; /* a stage's quants, scales */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int rb = blockIdx.x, n0 = blockIdx.y * BN, z = blockIdx.z;
     const int c0 = z * a.chunks_per_split, n_ch = min(a.n_chunks - c0, a.chunks_per_split);
-
-    /* what this thread copies into a stage: quant units (16 bytes) q of rows r = tid / 4 and 64 + tid / 4 (q = tid %
-     * 4: 4 consecutive threads read a row's 64 bytes of the chunk), the 4 scale bytes p = tid % 2 of row tid / 2 (the
-     * chunk's 4 scales: 8 bytes a row); rows past the matrices copy row 0 of the first (never stored) */
-    const uint8_t *wsrc[3];
-    uint32_t wdst[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        const int r = k < 2 ? threadIdx.x / 4 + 64 * k : threadIdx.x / 2;
-        int seg;
-        int64_t row;
-        if (!qg_row(a, rb, r, seg, row)) seg = 0, row = 0;
-        wsrc[k] = a.W[seg] + (uint64_t)row * a.row_bytes[seg] + (size_t)(c0 >> 1) * Q4_0_G8_BYTES +
-                  (k < 2 ? 16 * (threadIdx.x % 4) : 128 + 4 * (threadIdx.x % 2));
-        wdst[k] = k < 2 ? X_BYTES + r * 64 + 16 * (threadIdx.x % 4) : X_BYTES + QG_BM * 64 + r * 8 + 4 * (threadIdx.x % 2);
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(qg_smem), bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    auto full = [&](int s) { return bar0 + 8u * (uint32_t)s; };
+    auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) mbar_init(full(s), 1), mbar_init(empty(s), QG_WG_CONSUMERS / 32);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    auto load_w = [&](int ch) { /* chunk ch's weights: its group's bytes, 64 (quants) / 8 (scales) further if odd */
-        if (ch >= n_ch) return;
-        const uint32_t half = ((c0 & 1) + ch) & 1, og = (uint32_t)(((c0 & 1) + ch) >> 1) * Q4_0_G8_BYTES;
-        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
-        cp_async16(st + wdst[0], wsrc[0] + og + 64 * half, 16);
-        cp_async16(st + wdst[1], wsrc[1] + og + 64 * half, 16);
-        cp_async4(st + wdst[2], wsrc[2] + og + 8 * half, 4);
-    };
-    /* the activations of chunk ch into its stage: unit i = threadIdx.x + 256v is 16-byte unit u = i % 16 (values
-     * 8u .. 8u + 7) of column col = i / 16, to atom u / 8 at col·128 + 16·(u % 8 ^ col % 8), i.e. v's unit 16v
-     * columns (2048v bytes) after v = 0's, since col % 8 does not depend on v; columns past n: zeros, copied from
-     * column 0 (src-size 0 reads nothing), so that a copy's address is one multiply-add a chunk */
-    const __half *x_src[X_UNITS];
-    unsigned x_in = 0;
-    const int x_u = threadIdx.x % 16, x_col = threadIdx.x / 16;
-    const uint32_t x_dst = (uint32_t)((x_u >> 3) * BN * 128 + x_col * 128 + 16 * ((x_u & 7) ^ (x_col & 7)));
-    static_assert(QG_WG_THREADS / 16 % 8 == 0, "col % 8 the same for every v");
-#pragma unroll
-    for (int v = 0; v < X_UNITS; v++) {
-        const int col = x_col + (QG_WG_THREADS / 16) * v;
-        x_in |= (unsigned)(n0 + col < a.n) << v;
-        x_src[v] = a.xh + (size_t)(n0 + col < a.n ? n0 + col : 0) * a.K + (size_t)c0 * QG_KC + 8 * x_u;
-    }
-    auto load_x = [&](int ch) {
-        if (ch >= n_ch) return;
-        uint8_t *st = qg_smem + (size_t)(ch % S) * STAGE_BYTES + x_dst;
-#pragma unroll
-        for (int v = 0; v < X_UNITS; v++)
-            cp_async16(st + QG_WG_THREADS / 16 * 128 * v, x_src[v] + (size_t)ch * QG_KC, (x_in >> v) & 1 ? 16 : 0);
-    };
-
-#pragma unroll
-    for (int s = 0; s < D; s++) load_w(s); /* immutable: requested before the wait */
-    gmc_pdl_wait();
-#pragma unroll
-    for (int s = 0; s < D; s++) {
-        load_x(s);
-        cp_async_commit(); /* group s: chunk s (group 0 also holds the first chunks' weights) */
-    }
+    __syncthreads();
 
     float acc[1][NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[0][j][e] = 0.0f;
-    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(qg_smem);
-    /* this lane's weights in a stage: block t of rows 16·warp + g and + 8, and their scales */
-    const uint32_t wq_off = X_BYTES + (16 * warp + g) * 64 + 16 * t, ws_off = X_BYTES + QG_BM * 64 + (16 * warp + g) * 8 + 2 * t;
-    /* half hc (steps 4hc .. 4hc + 3: words jw = 2hc, 2hc + 1, both nibble halves) of a chunk's A from its weights */
-    auto dequant = [&](const QgW<1> &wc, int hc, uint32_t (&A)[4][4]) {
-        const uint32_t dd0 = __byte_perm(wc.d[0], 0u, 0x1010), dd1 = __byte_perm(wc.d[0], 0u, 0x3232);
-        const __half2 d0 = *(const __half2 *)&dd0, d1 = *(const __half2 *)&dd1;
+
+    if (warp == QG_WG_CONSUMERS / 32) { /* the producer */
+        if (lane == 0) {
+            /* each 64-row half of the block: its matrix and its first row there (rows past the last matrix read
+             * out of bounds: zeros) */
+            int hm[2], hy[2];
 #pragma unroll
-        for (int sl = 0; sl < 4; sl++) {
-            const int jw = 2 * hc + (sl >> 1), hh = sl & 1;
-            const uint32_t w0 = jw == 0 ? wc.q[0][0].x : jw == 1 ? wc.q[0][0].y : jw == 2 ? wc.q[0][0].z : wc.q[0][0].w;
-            const uint32_t w1 = jw == 0 ? wc.q[0][1].x : jw == 1 ? wc.q[0][1].y : jw == 2 ? wc.q[0][1].z : wc.q[0][1].w;
-            q4_a_frag(w0, w1, hh, d0, d1, A[sl]);
+            for (int h = 0; h < 2; h++) {
+                if (a.epi == GM_CUDA_EPI_GEGLU) {
+                    hm[h] = h, hy[h] = rb * QG_WG_HALF;
+                } else {
+                    const int64_t v = (int64_t)rb * QG_BM + h * QG_WG_HALF;
+                    int seg = 0;
+                    while (seg + 1 < a.n_seg && v >= a.m_end[seg]) seg++;
+                    hm[h] = seg, hy[h] = (int)(v - (seg ? a.m_end[seg - 1] : 0));
+                }
+            }
+            auto copy_w = [&](int ch) { /* chunk ch's weights: quants 64·(chunk & 1) into its group, scales at 128 */
+                const int c = c0 + ch, s = ch % S, gx = (c >> 1) * Q4_0_G8_BYTES;
+                const uint32_t st = smem0 + (uint32_t)(s * STAGE_BYTES);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    tma_2d(st + Q_OFF + h * QG_WG_HALF * QG_WG_Q_BYTES, &maps.q[hm[h]], gx + QG_WG_Q_BYTES * (c & 1),
+                           hy[h], full(s));
+                    tma_2d(st + S_OFF + h * QG_WG_HALF * QG_WG_S_BYTES, &maps.s[hm[h]], gx + 2 * QG_WG_Q_BYTES, hy[h],
+                           full(s));
+                }
+            };
+            auto copy_x = [&](int ch) { /* chunk ch's activations: its two halves, one atom each */
+                const int s = ch % S;
+                const uint32_t st = smem0 + (uint32_t)(s * STAGE_BYTES);
+                tma_2d(st, &maps.x, (c0 + ch) * QG_KC, n0, full(s));
+                tma_2d(st + BN * 128, &maps.x, (c0 + ch) * QG_KC + QG_KC / 2, n0, full(s));
+            };
+            const int first = min(n_ch, S);
+            for (int ch = 0; ch < first; ch++) {
+                mbar_expect_tx(full(ch), STAGE_BYTES);
+                copy_w(ch); /* immutable: requested before the wait */
+            }
+            gmc_pdl_wait();
+            for (int ch = 0; ch < first; ch++) copy_x(ch);
+            for (int ch = S; ch < n_ch; ch++) {
+                const int s = ch % S;
+                mbar_wait(empty(s), (uint32_t)(ch / S - 1) & 1); /* chunk ch - S has released the stage */
+                mbar_expect_tx(full(s), STAGE_BYTES);
+                copy_w(ch);
+                copy_x(ch);
+            }
+        } else {
+            gmc_pdl_wait();
         }
-    };
-    uint32_t A0[4][4], A1[4][4];
-    for (int ch = 0; ch < n_ch; ch++) { /* the same count for every thread of the block: the barrier is uniform */
-        cp_async_wait<D - 1>(); /* chunk ch is in (chunks ch + 1 .. ch + D - 1 may still be in flight) */
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* ... and visible to wgmma */
-        __syncthreads(); /* every thread's copies are in; chunk ch - 2's wgmma and weight reads are done */
-        const uint32_t st = smem0 + (uint32_t)((ch % S) * STAGE_BYTES);
-        const uint8_t *stp = qg_smem + (size_t)(ch % S) * STAGE_BYTES;
-        QgW<1> wc; /* read before the next copies are issued, so that the loads do not wait on their address registers */
-        wc.q[0][0] = *(const uint4 *)(stp + wq_off);
-        wc.q[0][1] = *(const uint4 *)(stp + wq_off + 8 * 64);
-        wc.d[0] = (uint32_t) * (const uint16_t *)(stp + ws_off) | ((uint32_t) * (const uint16_t *)(stp + ws_off + 8 * 8) << 16);
-        load_w(ch + D);
-        load_x(ch + D);
-        cp_async_commit(); /* an empty group past the end keeps the counting uniform */
-        const uint64_t desc0 = wg_desc_sw128(st);
-#pragma unroll
-        for (int hc = 0; hc < 2; hc++) {
-            uint32_t(&A)[4][4] = hc ? A1 : A0;
-            wg_wait<1>(); /* the group that last read this register set (the previous chunk's same half) is done */
-            dequant(wc, hc, A);
-            wg_hold<NT>(acc);
-            wg_fence();
+        __syncwarp();
+    } else { /* the consumers */
+        gmc_pdl_wait(); /* (the epilogue reads col_scale and mul, and writes y) */
+        /* this lane's weights in a stage: block t of rows 16·warp + g and + 8, and their scales */
+        const uint32_t wq_off = Q_OFF + (16 * warp + g) * QG_WG_Q_BYTES + 16 * t;
+        const uint32_t ws_off = S_OFF + (16 * warp + g) * QG_WG_S_BYTES + 2 * t;
+        /* half hc (steps 4hc .. 4hc + 3: words jw = 2hc, 2hc + 1, both nibble halves) of a chunk's A */
+        auto dequant = [&](const QgW<1> &wc, int hc, uint32_t (&A)[4][4]) {
+            const uint32_t dd0 = __byte_perm(wc.d[0], 0u, 0x1010), dd1 = __byte_perm(wc.d[0], 0u, 0x3232);
+            const __half2 d0 = *(const __half2 *)&dd0, d1 = *(const __half2 *)&dd1;
 #pragma unroll
             for (int sl = 0; sl < 4; sl++) {
-                const int s = 4 * hc + sl; /* bytes 32s .. 32s + 31 of each column: atom s / 4, 32·(s % 4) into it */
-                wg_mma<NT>(acc, A[sl], desc0 + (uint64_t)((((s >> 2) * BN * 128) + 32 * (s & 3)) >> 4));
+                const int jw = 2 * hc + (sl >> 1), hh = sl & 1;
+                const uint32_t w0 = jw == 0 ? wc.q[0][0].x : jw == 1 ? wc.q[0][0].y : jw == 2 ? wc.q[0][0].z : wc.q[0][0].w;
+                const uint32_t w1 = jw == 0 ? wc.q[0][1].x : jw == 1 ? wc.q[0][1].y : jw == 2 ? wc.q[0][1].z : wc.q[0][1].w;
+                q4_a_frag(w0, w1, hh, d0, d1, A[sl]);
             }
-            wg_commit();
-            wg_hold<NT>(acc);
+        };
+        uint32_t A0[4][4], A1[4][4];
+        for (int ch = 0; ch < n_ch; ch++) {
+            const int s = ch % S;
+            mbar_wait(full(s), (uint32_t)(ch / S) & 1); /* chunk ch is in */
+            const uint8_t *stp = qg_smem + (size_t)s * STAGE_BYTES;
+            const uint32_t so = ws_off + 8 * ((c0 + ch) & 1); /* the chunk's half of the group's scales */
+            QgW<1> wc;
+            wc.q[0][0] = *(const uint4 *)(stp + wq_off);
+            wc.q[0][1] = *(const uint4 *)(stp + wq_off + 8 * QG_WG_Q_BYTES);
+            wc.d[0] = (uint32_t) * (const uint16_t *)(stp + so) |
+                      ((uint32_t) * (const uint16_t *)(stp + so + 8 * QG_WG_S_BYTES) << 16);
+            const uint64_t desc0 = wg_desc_sw128(smem0 + (uint32_t)(s * STAGE_BYTES));
+#pragma unroll
+            for (int hc = 0; hc < 2; hc++) {
+                uint32_t(&A)[4][4] = hc ? A1 : A0;
+                wg_wait<1>(); /* the group that last read this register set (the previous chunk's same half) is done */
+                if (hc == 1 && ch > 0 && lane == 0) mbar_arrive(empty((ch - 1) % S)); /* ... so chunk ch - 1's are */
+                dequant(wc, hc, A);
+                wg_hold<NT>(acc);
+                wg_fence();
+#pragma unroll
+                for (int sl = 0; sl < 4; sl++) {
+                    const int k = 4 * hc + sl; /* bytes 32k .. 32k + 31 of each column: atom k / 4, 32·(k % 4) into it */
+                    wg_mma<NT>(acc, A[sl], desc0 + (uint64_t)((((k >> 2) * BN * 128) + 32 * (k & 3)) >> 4));
+                }
+                wg_commit();
+                wg_hold<NT>(acc);
+            }
         }
+        wg_wait<0>();
+        wg_hold<NT>(acc);
     }
-    wg_wait<0>();
-    wg_hold<NT>(acc);
-    cp_async_wait<0>();
-    __syncthreads(); /* the stages become the output tile */
-    qg_finish<NT, 1>(a, rb, n0, acc, qg_smem);
+    __syncthreads(); /* every copy consumed, every wgmma done: the stages become the output tile */
+    qg_finish<NT, 1>(a, rb, n0, acc, qg_smem, QG_WG_CONSUMERS);
 #endif
 }
 
@@ -721,10 +776,51 @@ static QgPlan qg_plan(const gm_cuda_multi *m, int32_t n, int nt, bool wg) {
     return p;
 }
 
-/* Whether a product of n columns runs on the warpgroup kernel (gm_cuda_set_qgemm_kernel), and the largest batch
+/* The driver's tensor-map encoder (NULL where the driver has none). */
+typedef CUresult (*QgEncodeFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                               const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static QgEncodeFn qg_encoder(void) {
+    static QgEncodeFn fn = NULL;
+    static bool asked = false;
+    if (!asked) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (QgEncodeFn)p;
+        (void)cudaGetLastError();
+        asked = true;
+    }
+    return fn;
+}
+
+/* A 2-D map of dim1 rows of dim0 elements (stride1 bytes apart) at base, read in boxes of box0 x box1; false if the
+ * driver refuses it. */
+static bool qg_map_2d(CUtensorMap *m, CUtensorMapDataType type, const void *base, uint64_t dim0, uint64_t dim1,
+                      uint64_t stride1, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle) {
+    const QgEncodeFn enc = qg_encoder();
+    const cuuint64_t dims[2] = {dim0, dim1}, strides[1] = {stride1};
+    const cuuint32_t box[2] = {box0, box1}, elem[2] = {1, 1};
+    return enc && enc(m, type, 2, (void *)base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Whether the warpgroup kernel takes m: each segment but the GeGLU's halves starts at a multiple of QG_WG_HALF rows
+ * (a weight box's rows come from one matrix), and the driver encodes tensor maps. */
+static bool qg_wg_fits(const gm_cuda_multi *m) {
+    if (!qg_encoder()) return false;
+    for (int i = 0; i < m->n_w; i++)
+        if (m->w[i].ne1 > INT32_MAX || (m->epi != GM_CUDA_EPI_GEGLU && i + 1 < m->n_w && m->w[i].ne1 % QG_WG_HALF))
+            return false;
+    return true;
+}
+
+/* Whether a product of m at n columns runs on the warpgroup kernel (gm_cuda_set_qgemm_kernel), and the largest batch
  * the q4_0 kernels take (gm_cuda_set_qgemm_max_n). */
-static bool qg_use_wg(int32_t n) {
-    return g_qgemm_wg != 0 && (g_qgemm_wg == 1 || n >= QG_WG_MIN_N) && gm_cuda_qgemm_wg_available();
+static bool qg_use_wg(const gm_cuda_multi *m, int32_t n) {
+    return g_qgemm_wg != 0 && (g_qgemm_wg == 1 || n >= QG_WG_MIN_N) && gm_cuda_qgemm_wg_available() && qg_wg_fits(m);
 }
 static int qg_max_n(void) {
     if (g_qgemm_max_n >= 0) return g_qgemm_max_n;
@@ -761,12 +857,27 @@ static void qg_launch(const QgPlan &p, const QgArgs &a, cudaStream_t st) {
                        dim3(1, 1, p.splits), a);
 }
 
+/* The warpgroup kernel's launch, with its tensor maps: the input's (n columns of K values, boxes of 64 values x 8·NT
+ * columns) and each matrix's (boxes of QG_WG_HALF rows). */
 template <int NT>
-static void qg_wg_launch(const QgPlan &p, const QgArgs &a, cudaStream_t st) {
+static int qg_wg_launch(const QgPlan &p, const QgArgs &a, const gm_cuda_multi *m, cudaStream_t st) {
     constexpr size_t smem = qg_wg_smem_bytes<NT>();
+    QgMaps maps;
+    memset(&maps, 0, sizeof maps);
+    bool ok = qg_map_2d(&maps.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, a.xh, (uint64_t)a.K, (uint64_t)a.n, (uint64_t)a.K * 2,
+                        QG_KC / 2, 8 * NT, CU_TENSOR_MAP_SWIZZLE_128B);
+    for (int i = 0; i < m->n_w && ok; i++) {
+        const gm_cuda_mat *w = &m->w[i];
+        ok = qg_map_2d(&maps.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, w->data, w->row_bytes, (uint64_t)w->ne1, w->row_bytes,
+                       QG_WG_Q_BYTES, QG_WG_HALF, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+             qg_map_2d(&maps.s[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, w->data, w->row_bytes, (uint64_t)w->ne1, w->row_bytes,
+                       QG_WG_S_BYTES, QG_WG_HALF, CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
+    if (!ok) return gmc_fail(-1, "qgemm: the driver refused a tensor map");
     qg_wg_ready<NT>();
     gmc_launch_cluster(qgemm_q4_0_wg_kernel<NT>, dim3(p.row_blocks, p.col_blocks, p.splits), QG_WG_THREADS, smem, st,
-                       dim3(1, 1, p.splits), a);
+                       dim3(1, 1, p.splits), a, maps);
+    return gmc_check_launch("qgemm");
 }
 
 extern "C" int gm_cuda_qgemm_wg_available(void) {
@@ -786,7 +897,7 @@ extern "C" int gm_cuda_qgemm_wg_available(void) {
 extern "C" void gm_cuda_set_qgemm_kernel(int wg) { g_qgemm_wg = wg == 0 || wg == 1 ? wg : QG_WG_DEFAULT; }
 
 extern "C" int gm_cuda_qgemm_act_order(const gm_cuda_multi *m, int32_t n) {
-    return gm_cuda_qgemm_eligible(m, n) && qg_use_wg(n) ? GM_CUDA_ACT_ORDER_QG : GM_CUDA_ACT_ORDER_NATURAL;
+    return gm_cuda_qgemm_eligible(m, n) && qg_use_wg(m, n) ? GM_CUDA_ACT_ORDER_QG : GM_CUDA_ACT_ORDER_NATURAL;
 }
 
 extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float *col_scale, int32_t n,
@@ -798,7 +909,7 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
     /* n-tiles a block: as many as n needs, up to the block's columns (8 n-tiles unless set) */
     const int bn = g_qgemm_block_cols ? g_qgemm_block_cols : QG_BN, need = (n < bn ? n + 7 : bn) / 8;
     const int nt = need <= 2 ? 2 : need <= 4 ? 4 : 8;
-    const bool wg = qg_use_wg(n);
+    const bool wg = qg_use_wg(m, n);
     const QgPlan p = qg_plan(m, n, nt, wg);
     QgArgs a = {};
     int64_t end = 0;
@@ -813,12 +924,9 @@ extern "C" int gm_cuda_qgemm(const gm_cuda_multi *m, const void *xh, const float
     a.epi = m->epi, a.mul = m->mul, a.xh = (const __half *)xh, a.col_scale = col_scale;
     a.K = (int)m->w[0].ne0, a.n = n, a.n_chunks = a.K / QG_KC, a.chunks_per_split = p.chunks_per_split;
     const cudaStream_t st = (cudaStream_t)stream;
-    if (wg) {
-        if (nt == 2) qg_wg_launch<2>(p, a, st);
-        else if (nt == 4) qg_wg_launch<4>(p, a, st);
-        else qg_wg_launch<8>(p, a, st);
-        return gmc_check_launch("qgemm");
-    }
+    if (wg)
+        return nt == 2 ? qg_wg_launch<2>(p, a, m, st) : nt == 4 ? qg_wg_launch<4>(p, a, m, st)
+                                                       : qg_wg_launch<8>(p, a, m, st);
     const int warp_rows = g_qgemm_warp_rows ? g_qgemm_warp_rows : 16;
     if (nt == 2) warp_rows == 16 ? qg_launch<2, 1>(p, a, st) : qg_launch<2, 2>(p, a, st);
     else if (nt == 4) warp_rows == 16 ? qg_launch<4, 1>(p, a, st) : qg_launch<4, 2>(p, a, st);

@@ -1190,11 +1190,16 @@ static void test_next_quant(void **state) {
 static int g_want_qgemm = -1;
 /* run_gemm uploads the weights in their device layout (gm_cuda_relayout; q4_0 -> GMC_Q4_0_G8), as the backend does */
 static bool g_gemm_relaid = false;
+/* Where set (test_qgemm), the heights of the three matrices of a STORE product, and which of qgemm_cuda.cu's kernels
+ * must take it: 1 the warpgroup kernel, 0 the warp kernel, -1 either (told by the input order it asks for). */
+static const int64_t *g_gemm_store_rows = NULL;
+static int g_want_qgemm_wg = -1;
 
 /* m_single > 0: one matrix of that many rows (epilogue STORE) */
 static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool norm, bool res, int64_t m_single) {
-    const int64_t Ms[3] = {m_single ? m_single : epi == GM_CUDA_EPI_STORE ? 100 : 96,
-                           epi == GM_CUDA_EPI_STORE ? 37 : 96, 64};
+    const int64_t *sr = g_gemm_store_rows;
+    const int64_t Ms[3] = {m_single ? m_single : epi == GM_CUDA_EPI_STORE ? (sr ? sr[0] : 100) : 96,
+                           epi == GM_CUDA_EPI_STORE ? (sr ? sr[1] : 37) : 96, sr && epi == GM_CUDA_EPI_STORE ? sr[2] : 64};
     const int nw = m_single ? 1 : epi == GM_CUDA_EPI_STORE ? 3 : epi == GM_CUDA_EPI_GEGLU ? 2 : 1;
     host_mat h[3];
     gm_cuda_multi m = {.n_w = nw, .epi = epi};
@@ -1228,6 +1233,10 @@ static void run_gemm(void *cublas, int type, int64_t K, int n, int epi, bool nor
     if (g_want_qgemm >= 0 && gm_cuda_qgemm_eligible(&m, n) != g_want_qgemm)
         fail_msg("gemm: %s K=%lld n=%d %s the q4_0 kernel", gm_type_traits_of(type)->name, (long long)K, n,
                  g_want_qgemm ? "not taken by" : "taken by");
+    if (g_want_qgemm_wg >= 0 &&
+        (gm_cuda_qgemm_act_order(&m, n) == GM_CUDA_ACT_ORDER_QG) != (g_want_qgemm_wg == 1))
+        fail_msg("gemm: q4_0 K=%lld n=%d epilogue %d %s the warpgroup kernel", (long long)K, n, epi,
+                 g_want_qgemm_wg ? "not taken by" : "taken by");
     const size_t sb = gm_cuda_gemm_scratch_bytes(&m, n);
     void *scr = dev_alloc(sb);
     float *dadd = NULL, *drw = NULL;
@@ -1509,8 +1518,10 @@ static void test_act_order(void **state) {
  * without the fused residual + rmsnorm; K of one chunk (128: never split), of three (384: a G8 group and a padded
  * half one), of four (512: at most 2 splits) and of many (2560: up to 8); 16..64 columns (2, 4 or 8 n-tiles, a
  * partial last one), 65..256 (several column blocks); segments that straddle warps and blocks (100 + 37 + 64
- * rows), GeGLU halves of 96 rows (a partial second block), a matrix of 1000 rows (8 row blocks); K split over a
- * cluster's blocks and not split; warps of one m16 tile and of two; blocks of at most 64, 32 or 16 columns. ---- */
+ * rows; the warpgroup kernel takes segments that start at multiples of 64 rows: 128 + 64 + 37 there, and leaves
+ * 100 + 37 + 64 to the warp kernel), GeGLU halves of 96 rows (a partial second block), a matrix of 1000 rows (8 row
+ * blocks); K split over a cluster's blocks and not split; warps of one m16 tile and of two; blocks of at most 64, 32
+ * or 16 columns. ---- */
 static void test_qgemm(void **state) {
     (void)state;
     gm_cuda_set_mmq_max_n(0);
@@ -1520,21 +1531,31 @@ static void test_qgemm(void **state) {
     static const int64_t Ks[] = {128, 384, 512, 2560};
     int cases = 0;
     const int kernels = gm_cuda_qgemm_wg_available() ? 2 : 1; /* the warp kernel, then the warpgroup one */
+    static const int64_t wg_rows[3] = {128, 64, 37};
     for (int split = 0; split < 4 * kernels; split++) { /* K split or not, warps of 16 or 32 rows */
         gm_cuda_set_qgemm_kernel(split >= 4);
         gm_cuda_set_qgemm_splits(split & 1 ? -1 : 1);
         gm_cuda_set_qgemm_warp_rows(split & 2 ? 32 : 16);
         gm_cuda_set_qgemm_block_cols(split % 4 == 1 ? 32 : split % 4 == 3 ? 16 : 64);
-        for (int k = 0; k < 4; k++)
-            for (int epi = 0; epi < 3; epi++)
-                for (int v = 0; v < 3; v++) {
-                    const int n = v == 0 ? GM_CUDA_GEMM_MIN_N + (int)urand(49) : v == 1 ? 16 : 65 + (int)urand(192);
-                    run_gemm(NULL, GM_TYPE_Q4_0, Ks[k], n, epi, v >= 1, v == 2, 0);
-                    cases++;
+        for (int layout = 0; layout < (split >= 4 ? 2 : 1); layout++) { /* the warpgroup kernel: both heights */
+            g_gemm_store_rows = layout ? wg_rows : NULL;
+            for (int k = 0; k < 4; k++)
+                for (int epi = 0; epi < 3; epi++) {
+                    if (layout && epi != GM_CUDA_EPI_STORE) continue;
+                    g_want_qgemm_wg = split >= 4 && !(epi == GM_CUDA_EPI_STORE && !layout);
+                    for (int v = 0; v < 3; v++) {
+                        const int n = v == 0 ? GM_CUDA_GEMM_MIN_N + (int)urand(49) : v == 1 ? 16 : 65 + (int)urand(192);
+                        run_gemm(NULL, GM_TYPE_Q4_0, Ks[k], n, epi, v >= 1, v == 2, 0);
+                        cases++;
+                    }
                 }
+        }
+        g_gemm_store_rows = NULL;
+        g_want_qgemm_wg = split >= 4;
         run_gemm(NULL, GM_TYPE_Q4_0, 2560, 64, GM_CUDA_EPI_STORE, true, false, 1000), cases++;
         run_gemm(NULL, GM_TYPE_Q4_0, 512, 256, GM_CUDA_EPI_STORE, false, true, 1000), cases++;
     }
+    g_want_qgemm_wg = -1;
     print_message("qgemm: %d cases, %s\n", cases, kernels == 2 ? "warp and warpgroup kernels" : "warp kernel only");
     { /* the default largest batch: 64 where the warpgroup kernel runs, past 32 columns for 8 MB of weights or more */
         gm_cuda_set_qgemm_max_n(-1), gm_cuda_set_qgemm_kernel(-1);
