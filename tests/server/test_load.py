@@ -321,10 +321,15 @@ def test_stream_queued_longer_than_idle_timeout():
             s.wait_metric("gemmac_slots_active", lambda v: v == 1)
             second = ex.submit(go, 1)   # queued behind the first for its whole generation (> 1 s)
             results = [first.result(timeout=REQ_TIMEOUT + 10), second.result(timeout=REQ_TIMEOUT + 10)]
+        texts = []
         for status, raw in results:
             assert status == 200
             text, finish, _ = parse_sse(raw, chat=False)
             assert finish == "length"
-        assert results[0][1].count(b"data: ") == results[1][1].count(b"data: ")
+            texts.append(text)
+        # greedy decoding of one prompt: the queued stream carries the same whole text. (Not the same number of
+        # events: the reader sends what accumulated since its last read, so how tokens group depends on timing;
+        # comparing event counts failed once in CI, 102 against 101.)
+        assert texts[0] and texts[0] == texts[1], texts
     finally:
         s.stop()
