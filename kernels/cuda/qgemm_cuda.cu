@@ -554,19 +554,14 @@ __global__ void __launch_bounds__(QG_WG_THREADS, 2)
 
     if (warp == QG_WG_CONSUMERS / 32) { /* the producer */
         if (lane == 0) {
-            /* each 64-row half of the block: its matrix and its first row there (rows past the last matrix read
-             * out of bounds: zeros) */
+            /* each 64-row half of the block: its matrix and its first row there (qg_row: rows past the last matrix
+             * fall past its end and read out of bounds, i.e. zeros) */
             int hm[2], hy[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (a.epi == GM_CUDA_EPI_GEGLU) {
-                    hm[h] = h, hy[h] = rb * QG_WG_HALF;
-                } else {
-                    const int64_t v = (int64_t)rb * QG_BM + h * QG_WG_HALF;
-                    int seg = 0;
-                    while (seg + 1 < a.n_seg && v >= a.m_end[seg]) seg++;
-                    hm[h] = seg, hy[h] = (int)(v - (seg ? a.m_end[seg - 1] : 0));
-                }
+                int64_t row;
+                (void)qg_row(a, rb, h * QG_WG_HALF, hm[h], row);
+                hy[h] = (int)row;
             }
             auto copy_w = [&](int ch) { /* chunk ch's weights: quants 64·(chunk & 1) into its group, scales at 128 */
                 const int c = c0 + ch, s = ch % S, gx = (c >> 1) * Q4_0_G8_BYTES;
